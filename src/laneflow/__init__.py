@@ -1,0 +1,33 @@
+"""laneflow: write sequential array code; independent work runs at the same time on several lanes.
+
+>>> import laneflow as lf
+>>> x = lf.random.normal((256, 256), key=lf.random.key(0))
+>>> a, b = lf.exp(x), x @ x          # independent: may run on two lanes at once
+>>> lf.eval(a, b)
+"""
+
+from __future__ import annotations
+
+from . import random, testing  # noqa: F401
+from ._ops_namespace import *  # noqa: F401,F403
+from ._ops_namespace import abs, all, any, max, min, sum  # noqa: F401,A004 - numpy's names
+from .array import Array
+from .device import Device, cpu, gpu
+from .dtypes import (  # noqa: F401
+    bfloat16, bool_, dtype, float16, float32, float64, int8, int32, int64, result_type, uint8, uint32,
+)
+from .errors import ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError
+from .evaluation import async_eval, eval, reset_stats, stats  # noqa: A004
+from .interop.dlpack import from_dlpack
+from .runtime.stream import Stream
+from .streams import (
+    default_device, default_stream, gpu_available, new_stream, set_default_device, stream, synchronize,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Array", "Device", "Stream", "cpu", "gpu", "default_device", "set_default_device", "new_stream",
+    "default_stream", "stream", "synchronize", "gpu_available", "eval", "async_eval", "stats", "reset_stats",
+    "from_dlpack", "LaneflowError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "random", "testing",
+]

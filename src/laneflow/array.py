@@ -1,0 +1,227 @@
+"""``lf.Array``: a lazy value with numpy's names and MLX/JAX value semantics.
+
+An Array is a name bound to an immutable value (:class:`~laneflow.graph.node.ArrayData`). Ops build
+new values and return at once; the work runs at ``lf.eval`` or when the host needs the numbers.
+``x[i] = v`` binds ``x`` to a new value: other arrays computed from the old value do not change,
+while every name bound to this same Array object sees the new one (as in numpy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .graph import schedule as _sched
+from .graph.node import ArrayData
+
+
+class Array:
+    __slots__ = ("_data", "__weakref__")
+    __array_priority__ = 100  # numpy defers binary operators to Array
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("use lf.array(...) to make an Array")
+
+    @classmethod
+    def _wrap(cls, data: ArrayData) -> "Array":
+        a = object.__new__(cls)
+        a._data = data
+        data.arrays += 1
+        return a
+
+    def _rebind(self, data: ArrayData) -> None:
+        data.arrays += 1
+        old, self._data = self._data, data
+        old.arrays -= 1
+
+    def __del__(self) -> None:
+        d = getattr(self, "_data", None)
+        if d is not None:
+            d.arrays -= 1
+
+    # -- metadata (never triggers evaluation) --------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._data.shape)
+
+    @property
+    def size(self) -> int:
+        return self._data.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes
+
+    @property
+    def device(self):
+        return self._data.device
+
+    @property
+    def stream(self):
+        """The stream the value was (or will be) computed on."""
+        return self._data.stream
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    # -- host access (evaluates) ----------------------------------------------------------------
+    def _host(self) -> np.ndarray:
+        d = self._data
+        if d.buffer is None:
+            _sched.schedule((d,))
+        _sched.wait(d)
+        buf = d.buffer
+        buf.exported = True  # the host may now hold a view of this memory: never reuse it in place
+        host = d.stream.backend.to_host(buf, d.shape, d.dtype)
+        return host
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        host = self._host()
+        if copy:
+            return np.array(host, dtype=dtype, copy=True)
+        view = host.view()
+        view.flags.writeable = False  # values are immutable: numpy must not write through
+        return view if dtype is None else view.astype(dtype, copy=False)
+
+    def item(self) -> Any:
+        if self.size != 1:
+            raise ValueError(f"item: only arrays of size 1 convert to a Python scalar, got shape {self.shape}")
+        return self._host().reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self._host().tolist()
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(f"bool: the truth value of an array of shape {self.shape} is ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self) -> str:
+        try:
+            body = np.array2string(self._host(), separator=", ", prefix="array(")
+        except Exception as e:  # noqa: BLE001 - repr must not raise
+            body = f"<error: {e}>"
+        return f"array({body}, dtype={self.dtype}, device={self.device})"
+
+    def __str__(self) -> str:
+        return str(self._host())
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: bool | None = None) -> Any:
+        from .interop.dlpack import export
+
+        return export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .interop.dlpack import device_tuple
+
+        return device_tuple(self.device)
+
+    # -- conversions and shape ------------------------------------------------------------------
+    def astype(self, dtype: Any, *, stream: Any = None) -> "Array":
+        return ops.astype(self, dtype, stream=stream)
+
+    def reshape(self, *shape: Any, stream: Any = None) -> "Array":
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return ops.reshape(self, shape, stream=stream)
+
+    def transpose(self, *axes: Any, stream: Any = None) -> "Array":
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], (int, np.integer))):
+            axes = axes[0]
+        return ops.transpose(self, axes if axes != () else None, stream=stream)
+
+    @property
+    def T(self) -> "Array":
+        return ops.transpose(self)
+
+    def flatten(self, *, stream: Any = None) -> "Array":
+        return ops.flatten(self, stream=stream)
+
+    def squeeze(self, axis: Any = None, *, stream: Any = None) -> "Array":
+        return ops.squeeze(self, axis, stream=stream)
+
+    def swapaxes(self, a: int, b: int, *, stream: Any = None) -> "Array":
+        return ops.swapaxes(self, a, b, stream=stream)
+
+    def __getitem__(self, index: Any) -> "Array":
+        return ops.getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._rebind(ops.setitem(self, index, value)._data)
+
+    # -- reductions -----------------------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False, *, stream=None): return ops.sum(self, axis, keepdims, stream=stream)  # noqa: E704
+    def mean(self, axis=None, keepdims=False, *, stream=None): return ops.mean(self, axis, keepdims, stream=stream)  # noqa: E704
+    def max(self, axis=None, keepdims=False, *, stream=None): return ops.max(self, axis, keepdims, stream=stream)  # noqa: E704
+    def min(self, axis=None, keepdims=False, *, stream=None): return ops.min(self, axis, keepdims, stream=stream)  # noqa: E704
+    def prod(self, axis=None, keepdims=False, *, stream=None): return ops.prod(self, axis, keepdims, stream=stream)  # noqa: E704
+    def any(self, axis=None, keepdims=False, *, stream=None): return ops.any(self, axis, keepdims, stream=stream)  # noqa: E704
+    def all(self, axis=None, keepdims=False, *, stream=None): return ops.all(self, axis, keepdims, stream=stream)  # noqa: E704
+    def argmax(self, axis=None, keepdims=False, *, stream=None): return ops.argmax(self, axis, keepdims, stream=stream)  # noqa: E704
+    def argmin(self, axis=None, keepdims=False, *, stream=None): return ops.argmin(self, axis, keepdims, stream=stream)  # noqa: E704
+
+    def var(self, axis=None, keepdims=False, ddof=0, *, stream=None):
+        return ops.var(self, axis, keepdims, ddof, stream=stream)
+
+    def std(self, axis=None, keepdims=False, ddof=0, *, stream=None):
+        return ops.std(self, axis, keepdims, ddof, stream=stream)
+
+    # -- operators ------------------------------------------------------------------------------
+    def __add__(self, o): return ops.add(self, o)  # noqa: E704
+    def __radd__(self, o): return ops.add(o, self)  # noqa: E704
+    def __sub__(self, o): return ops.subtract(self, o)  # noqa: E704
+    def __rsub__(self, o): return ops.subtract(o, self)  # noqa: E704
+    def __mul__(self, o): return ops.multiply(self, o)  # noqa: E704
+    def __rmul__(self, o): return ops.multiply(o, self)  # noqa: E704
+    def __truediv__(self, o): return ops.divide(self, o)  # noqa: E704
+    def __rtruediv__(self, o): return ops.divide(o, self)  # noqa: E704
+    def __floordiv__(self, o): return ops.floor_divide(self, o)  # noqa: E704
+    def __rfloordiv__(self, o): return ops.floor_divide(o, self)  # noqa: E704
+    def __mod__(self, o): return ops.remainder(self, o)  # noqa: E704
+    def __rmod__(self, o): return ops.remainder(o, self)  # noqa: E704
+    def __pow__(self, o): return ops.power(self, o)  # noqa: E704
+    def __rpow__(self, o): return ops.power(o, self)  # noqa: E704
+    def __matmul__(self, o): return ops.matmul(self, o)  # noqa: E704
+    def __rmatmul__(self, o): return ops.matmul(o, self)  # noqa: E704
+    def __neg__(self): return ops.negative(self)  # noqa: E704
+    def __pos__(self): return self  # noqa: E704
+    def __abs__(self): return ops.abs(self)  # noqa: E704
+    def __invert__(self): return ops.invert(self)  # noqa: E704
+    def __and__(self, o): return ops.and_(self, o)  # noqa: E704
+    def __rand__(self, o): return ops.and_(o, self)  # noqa: E704
+    def __or__(self, o): return ops.or_(self, o)  # noqa: E704
+    def __ror__(self, o): return ops.or_(o, self)  # noqa: E704
+    def __eq__(self, o): return ops.equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __ne__(self, o): return ops.not_equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __lt__(self, o): return ops.less(self, o)  # noqa: E704
+    def __le__(self, o): return ops.less_equal(self, o)  # noqa: E704
+    def __gt__(self, o): return ops.greater(self, o)  # noqa: E704
+    def __ge__(self, o): return ops.greater_equal(self, o)  # noqa: E704
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+from . import _ops_namespace as ops  # noqa: E402  (ops build Arrays, so they import this module first)

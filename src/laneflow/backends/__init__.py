@@ -1,0 +1,1 @@
+"""Backends: each implements :class:`laneflow.runtime.backend.Backend` for one device family."""

@@ -1,0 +1,194 @@
+"""CPU kernels: numpy implementations of every primitive kind.
+
+Each kernel is ``kernel(lane, prim, inputs, outputs)`` with numpy arrays, and writes its result into
+the output arrays (which the scheduler allocated, or which alias a donated input). float16 and
+bfloat16 accumulate in float32 (reductions, matmul, softmax), as the CUDA kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...dtypes import bfloat16, float16, float32, float64
+from . import philox
+
+_HALF = (float16, bfloat16)
+
+UFUNCS = {
+    name: getattr(np, npname)
+    for name, npname in {
+        "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
+        "floor_divide": "floor_divide", "remainder": "remainder", "power": "power",
+        "maximum": "maximum", "minimum": "minimum", "negative": "negative", "abs": "absolute",
+        "sign": "sign", "exp": "exp", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
+        "square": "square", "sin": "sin", "cos": "cos", "tanh": "tanh", "equal": "equal",
+        "not_equal": "not_equal", "less": "less", "less_equal": "less_equal", "greater": "greater",
+        "greater_equal": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
+        "logical_not": "logical_not", "isnan": "isnan", "isfinite": "isfinite",
+    }.items()
+}
+
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
+
+def _up(x):
+    """float32 view of half-precision inputs, so special functions are computed accurately."""
+    return x.astype(float32) if getattr(x, "dtype", None) in _HALF else x
+
+
+def _erf(x):
+    x = np.asarray(x)
+    return _erf64(x.astype(float64)).astype(float64 if x.dtype == float64 else float32)
+
+
+SPECIAL = {
+    "rsqrt": lambda x: 1.0 / np.sqrt(_up(x)),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-_up(x))),
+    "erf": _erf,
+    "where": lambda c, a, b: np.where(c, a, b),
+}
+
+
+def elementwise(lane, prim, ins, outs):
+    out = outs[0]
+    args = [ins[o] if o.__class__ is int else o.value for o in prim.operands]
+    with np.errstate(all="ignore"):
+        f = UFUNCS.get(prim.fn)
+        if f is not None:
+            f(*args, out=out, casting="unsafe")
+        else:
+            np.copyto(out, SPECIAL[prim.fn](*args), casting="unsafe")
+
+
+def astype(lane, prim, ins, outs):
+    with np.errstate(all="ignore"):
+        np.copyto(outs[0], ins[0], casting="unsafe")
+
+
+_REDUCERS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
+             "all": np.all, "mean": np.mean, "var": np.var, "std": np.std}
+
+
+def reduce(lane, prim, ins, outs):
+    x = ins[0]
+    if x.dtype in _HALF and prim.name in ("sum", "prod", "mean", "var", "std"):
+        x = x.astype(float32)
+    kw = {"ddof": prim.ddof} if prim.name in ("var", "std") else {}
+    with np.errstate(all="ignore"):
+        r = _REDUCERS[prim.name](x, axis=prim.axes, keepdims=prim.keepdims, **kw)
+        np.copyto(outs[0], r, casting="unsafe")
+
+
+def argreduce(lane, prim, ins, outs):
+    f = np.argmax if prim.name == "argmax" else np.argmin
+    np.copyto(outs[0], f(ins[0], axis=prim.axis, keepdims=prim.keepdims), casting="unsafe")
+
+
+def softmax(lane, prim, ins, outs):
+    x = _up(ins[0])
+    with np.errstate(all="ignore"):
+        e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True))
+        np.copyto(outs[0], e / np.sum(e, axis=prim.axes, keepdims=True), casting="unsafe")
+
+
+def logsumexp(lane, prim, ins, outs):
+    x = _up(ins[0])
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=prim.axes, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)
+        r = np.log(np.sum(np.exp(x - m), axis=prim.axes, keepdims=True)) + m
+        if not prim.keepdims:
+            r = np.squeeze(r, axis=prim.axes)
+        np.copyto(outs[0], r, casting="unsafe")
+
+
+def matmul(lane, prim, ins, outs):
+    a, b = ins
+    if a.dtype in _HALF or b.dtype in _HALF:
+        a, b = a.astype(float32), b.astype(float32)
+    np.copyto(outs[0], np.matmul(a, b), casting="unsafe")
+
+
+def reshape(lane, prim, ins, outs):
+    np.copyto(outs[0], ins[0].reshape(prim.shape))
+
+
+def transpose(lane, prim, ins, outs):
+    np.copyto(outs[0], ins[0].transpose(prim.perm))
+
+
+def broadcast_to(lane, prim, ins, outs):
+    np.copyto(outs[0], np.broadcast_to(ins[0], prim.shape))
+
+
+def concatenate(lane, prim, ins, outs):
+    np.concatenate(ins, axis=prim.axis, out=outs[0], casting="unsafe")
+
+
+def _index(prim, ins, first):
+    return tuple(ins[first + e[1]] if e.__class__ is tuple else e for e in prim.index)
+
+
+def getitem(lane, prim, ins, outs):
+    np.copyto(outs[0], ins[0][_index(prim, ins, 1)])
+
+
+def setitem(lane, prim, ins, outs):
+    out, base, value = outs[0], ins[0], ins[1]
+    if out is not base:
+        np.copyto(out, base)
+    out[_index(prim, ins, 2)] = value
+
+
+def take(lane, prim, ins, outs):
+    np.copyto(outs[0], np.take(ins[0], ins[1], axis=prim.axis), casting="unsafe")
+
+
+def full(lane, prim, ins, outs):
+    outs[0].fill(prim.value)
+
+
+def arange(lane, prim, ins, outs):
+    out = outs[0]
+    n = out.shape[0]
+    if out.dtype.kind in "iub":
+        np.copyto(out, prim.start + prim.step * np.arange(n, dtype=np.int64), casting="unsafe")
+    else:
+        np.copyto(out, prim.start + prim.step * np.arange(n, dtype=np.float64), casting="unsafe")
+
+
+def linspace(lane, prim, ins, outs):
+    out = outs[0]
+    np.copyto(out, np.linspace(prim.start, prim.stop, out.shape[0], endpoint=prim.endpoint), casting="unsafe")
+
+
+def eye(lane, prim, ins, outs):
+    out = outs[0]
+    np.copyto(out, np.eye(out.shape[0], out.shape[1], prim.k), casting="unsafe")
+
+
+def random(lane, prim, ins, outs):
+    out = outs[0]
+    k0, k1 = (int(v) for v in ins[0])
+    wide = float64 if out.dtype == float64 else float32
+    if prim.dist == "uniform":
+        r = prim.a + (prim.b - prim.a) * philox.uniform01(out.size, k0, k1, wide)
+    else:
+        r = prim.a + prim.b * philox.normal(out.size, k0, k1, wide)
+    np.copyto(out, r.reshape(out.shape), casting="unsafe")
+
+
+def random_split(lane, prim, ins, outs):
+    k0, k1 = (int(v) for v in ins[0])
+    np.copyto(outs[0], philox.split(k0, k1, prim.num))
+
+
+def copy(lane, prim, ins, outs):
+    np.copyto(outs[0], ins[0])
+
+
+KERNELS = {name: fn for name, fn in globals().items()
+           if callable(fn) and not name.startswith("_") and fn.__module__ == __name__
+           and name not in ("KERNELS",)}

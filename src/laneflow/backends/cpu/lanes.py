@@ -1,0 +1,53 @@
+"""CPU lanes: one worker thread each, fed through a queue, finishing commands in order.
+
+numpy releases the GIL inside its kernels, so lanes of one stream really run at the same time.
+A wait on another lane's point blocks only this lane's worker (on a condition variable, no spinning).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from ...runtime import delays
+from ...runtime.fence import ThreadFence
+from ...runtime.lane import Command, Lane, Point
+
+_STOP = object()
+
+
+class ThreadLane(Lane):
+    def __init__(self, device, stream_id: int, index: int):
+        super().__init__(device, stream_id, index)
+        self.fence = ThreadFence()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=f"laneflow-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _enqueue(self, cmd: Command) -> None:
+        self._queue.put(cmd)
+
+    def _enqueue_wait(self, point: Point) -> None:
+        self._queue.put(point)
+
+    def close(self) -> None:
+        self._queue.put(_STOP)
+
+    def _work(self) -> None:
+        q, fence = self._queue, self.fence
+        while True:
+            item = q.get()
+            if item is _STOP:
+                return
+            if item.__class__ is Point:
+                # Another lane's command (possibly on another backend) must finish first.
+                item.lane.host_wait(item.seq)
+                continue
+            hook = delays.current()
+            if hook is not None:
+                d = hook()
+                if d > 0:
+                    time.sleep(d)
+            item.run(self)
+            fence.signal(item.seq)

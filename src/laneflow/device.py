@@ -1,0 +1,55 @@
+"""Devices: ``lf.cpu``, ``lf.gpu`` (index 0) and ``lf.Device("gpu", 1)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TYPES = ("cpu", "gpu")
+
+
+class Device:
+    """A place where buffers live and commands run. Devices compare by (type, index)."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type: str, index: int = 0):
+        if type not in _TYPES:
+            raise ValueError(f"Device: unknown device type {type!r}; expected one of {_TYPES}")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError(f"Device: index must be a non-negative int, got {index!r}")
+        if type == "cpu" and index != 0:
+            raise ValueError(f"Device: there is one cpu device (index 0), got index {index}")
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "index", index)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Device is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other.type == self.type and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __repr__(self) -> str:
+        return f"Device({self.type!r}, {self.index})"
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.index}"
+
+
+cpu = Device("cpu", 0)
+gpu = Device("gpu", 0)
+
+
+def as_device(obj: Any, what: str = "device") -> Device:
+    """Accept a Device or a string such as ``"cpu"``, ``"gpu"``, ``"gpu:1"``."""
+    if isinstance(obj, Device):
+        return obj
+    if isinstance(obj, str):
+        t, _, i = obj.partition(":")
+        try:
+            return Device(t, int(i) if i else 0)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+    raise TypeError(f"{what}: expected a Device (lf.cpu, lf.gpu) or a string like 'gpu:0', got {type(obj).__name__}")

@@ -1,0 +1,133 @@
+"""laneflow dtypes: numpy dtype objects, with bfloat16 from ml_dtypes.
+
+Promotion follows numpy 2 (NEP 50: Python scalars are "weak" and take the array's dtype where the
+kind allows). numpy has no rule for bfloat16, so laneflow defines one and writes it down here:
+bfloat16 promotes exactly as float16 does, and bfloat16 with float16 gives float32 (the JAX rule).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+bool_ = np.dtype(np.bool_)
+int8 = np.dtype(np.int8)
+uint8 = np.dtype(np.uint8)
+int32 = np.dtype(np.int32)
+uint32 = np.dtype(np.uint32)
+int64 = np.dtype(np.int64)
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+
+DTYPES: tuple[np.dtype, ...] = (bool_, int8, uint8, int32, uint32, int64, float16, bfloat16, float32, float64)
+FLOAT_DTYPES = (float16, bfloat16, float32, float64)
+INT_DTYPES = (int8, uint8, int32, uint32, int64)
+
+_BY_NAME = {str(d): d for d in DTYPES}
+_BY_NAME.update({"bool": bool_, "bfloat16": bfloat16, "float": float64, "int": int64})
+
+
+def dtype(obj: Any) -> np.dtype:
+    """Normalise a dtype-like (``lf.float32``, ``"float32"``, ``np.float32``, ``float``) to a laneflow dtype.
+
+    Raises TypeError for dtypes laneflow does not support (complex, strings, objects, uint16...).
+    """
+    if isinstance(obj, np.dtype) and obj in _SUPPORTED:
+        return obj
+    if isinstance(obj, str) and obj in _BY_NAME:
+        return _BY_NAME[obj]
+    if obj is bool:
+        return bool_
+    if obj is int:
+        return int64
+    if obj is float:
+        return float64
+    try:
+        d = np.dtype(obj)
+    except TypeError:
+        d = None
+    if d is not None and d in _SUPPORTED:
+        return d
+    # Hashability of arbitrary objects is not guaranteed, so report with repr.
+    names = ", ".join(str(x) for x in DTYPES)
+    raise TypeError(f"laneflow does not support dtype {obj!r}; supported dtypes: {names}")
+
+
+_SUPPORTED = frozenset(DTYPES)
+
+
+def is_floating(d: np.dtype) -> bool:
+    return d.kind == "f" or d == bfloat16
+
+
+def is_integer(d: np.dtype) -> bool:
+    return d.kind in "iu"
+
+
+def _numpy_view(dtypes: list[np.dtype]) -> tuple[list[np.dtype], bool]:
+    """Replace bfloat16 by float16 so numpy's rules apply; report whether to map float16 back."""
+    has_bf = any(d == bfloat16 for d in dtypes)
+    if not has_bf:
+        return dtypes, False
+    if any(d == float16 for d in dtypes):
+        return [float32 if d in (bfloat16, float16) else d for d in dtypes], False
+    return [float16 if d == bfloat16 else d for d in dtypes], True
+
+
+def _map_back(d: np.dtype, had_bf: bool) -> np.dtype:
+    return bfloat16 if had_bf and d == float16 else d
+
+
+def result_type(*args: Any) -> np.dtype:
+    """numpy's ``result_type`` over laneflow dtypes, arrays and weak Python scalars.
+
+    >>> result_type(lf.int8, 1.5)   # weak float scalar: default float
+    dtype('float64')
+    """
+    dts: list[np.dtype] = []
+    weak: list[Any] = []
+    for a in args:
+        d = getattr(a, "dtype", None)
+        if d is not None and not isinstance(a, (np.generic,)):
+            dts.append(dtype(d))
+        elif isinstance(a, (bool, int, float)) and not isinstance(a, np.generic):
+            weak.append(a)
+        elif isinstance(a, np.generic):
+            dts.append(dtype(a.dtype))
+        else:
+            dts.append(dtype(a))
+    view, had_bf = _numpy_view(dts)
+    return _map_back(np.result_type(*view, *weak), had_bf)
+
+
+_UFUNC_CACHE: dict[tuple, np.dtype] = {}
+
+
+def ufunc_result(ufunc: np.ufunc, operands: tuple) -> np.dtype:
+    """Output dtype of a numpy ufunc applied to operands (dtypes, or weak Python scalars).
+
+    Uses numpy's own loop resolution on empty arrays, so laneflow's output dtypes are numpy's.
+    Raises numpy's TypeError (``UFuncTypeError``) when numpy has no loop for the inputs.
+    """
+    key = (ufunc.__name__,) + tuple(o if isinstance(o, np.dtype) else type(o) for o in operands)
+    hit = _UFUNC_CACHE.get(key)
+    if hit is not None:
+        return hit
+    dts = [o for o in operands if isinstance(o, np.dtype)]
+    view, had_bf = _numpy_view(dts)
+    it = iter(view)
+    args = [np.empty(0, next(it)) if isinstance(o, np.dtype) else type(o)(1) for o in operands]
+    with np.errstate(all="ignore"):
+        out = ufunc(*args)
+    res = _map_back(np.asarray(out).dtype, had_bf)
+    _UFUNC_CACHE[key] = res
+    return res
+
+
+def finfo_eps(d: np.dtype) -> float:
+    """Machine epsilon of a floating dtype (used by tests and tolerances)."""
+    return float(ml_dtypes.finfo(d).eps) if d == bfloat16 else float(np.finfo(d).eps)

@@ -1,0 +1,36 @@
+"""laneflow's exception types.
+
+Argument errors (bad shapes, dtypes, devices, streams) are the built-in ValueError/TypeError/IndexError
+and are raised when an op is constructed. Errors that happen while work runs are raised at the eval (or
+host read) that needs the failing result, as :class:`ExecutionError`, naming the op that failed.
+"""
+
+from __future__ import annotations
+
+
+class LaneflowError(Exception):
+    """Base class of laneflow's own errors."""
+
+
+class ExecutionError(LaneflowError):
+    """A command failed while it ran. ``op`` names the op; ``__cause__`` holds the original error."""
+
+    def __init__(self, op: str, cause: BaseException):
+        self.op = op
+        super().__init__(f"{op}: failed while running: {type(cause).__name__}: {cause}")
+
+
+class OutOfMemoryError(LaneflowError, MemoryError):
+    """An allocation did not fit. Carries the requested and free bytes."""
+
+    def __init__(self, op: str, requested: int, free: int | None, device: str = ""):
+        self.op, self.requested, self.free = op, requested, free
+        free_s = "unknown" if free is None else f"{free} bytes"
+        super().__init__(
+            f"{op}: out of memory on {device or 'device'}: requested {requested} bytes, free {free_s}; "
+            "free arrays you no longer need (del, or lf.eval fewer outputs at once) and try again"
+        )
+
+
+class LinAlgError(LaneflowError, ValueError):
+    """A linear-algebra op met a matrix it cannot handle (singular, not positive definite)."""

@@ -1,0 +1,60 @@
+"""``lf.eval``, ``lf.async_eval`` and ``lf.stats``."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from .array import Array
+from .graph import schedule as _sched
+from .runtime.stats import STATS
+
+
+def _leaves(xs: Any) -> Iterator[Array]:
+    """Arrays in nested lists, tuples and dicts (MLX accepts such trees too)."""
+    stack = [xs]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Array):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+        elif x is not None:
+            raise TypeError(f"eval: expected arrays (or lists, tuples, dicts of them), got {type(x).__name__}")
+
+
+def async_eval(*xs: Any) -> None:
+    """Start computing ``xs`` and return at once. Errors surface at the next eval or host read."""
+    _sched.schedule([a._data for a in _leaves(xs)])
+
+
+def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's name
+    """Compute ``xs`` and wait for them. Raises the error of an op that failed on the way.
+
+    Independent work runs at the same time on the lanes of each stream; the runtime stays usable
+    after an error.
+    """
+    datas = [a._data for a in _leaves(xs)]
+    _sched.schedule(datas)
+    for d in datas:
+        _sched.wait(d, timeout)
+
+
+def stats() -> dict[str, Any]:
+    """Encoder counters since the last :func:`reset_stats` (see :mod:`laneflow.runtime.stats`).
+
+    >>> lf.reset_stats(); lf.eval(a + b, c * d); lf.stats()["waits_emitted"]
+    0
+    """
+    from . import graph
+
+    with graph.schedule.LOCK:
+        return STATS.snapshot()
+
+
+def reset_stats() -> None:
+    from . import graph
+
+    with graph.schedule.LOCK:
+        STATS.reset()

@@ -1,0 +1,81 @@
+"""Graph nodes. An :class:`ArrayData` is one immutable value: pending (a primitive applied to inputs)
+or evaluated (a buffer). Evaluation drops the primitive and inputs, so an evaluated value keeps only
+its buffer and the graph behind it can be freed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class Primitive:
+    """What a node computes. ``kind`` names the kernel family a backend implements; ``name`` is the
+    user-facing op name used in errors, stats and traces. ``donates``: output 0 may reuse input 0's
+    buffer when nothing else can observe it (same shape and dtype), which is a real in-place write.
+    """
+
+    kind = "?"
+    donates = False
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "name")
+        return f"{type(self).__name__}({self.name}{', ' if fields else ''}{fields})"
+
+
+class ArrayData:
+    """A value in the graph.
+
+    ``users`` counts pending nodes that take this value as input; ``arrays`` counts user-visible
+    :class:`~laneflow.Array` objects bound to it. A buffer may be reused in place only when the one
+    node about to consume it is its only user and no array can still see it.
+    """
+
+    __slots__ = ("shape", "dtype", "device", "stream", "prim", "inputs", "siblings",
+                 "buffer", "users", "arrays", "__weakref__")
+
+    def __init__(self, shape: tuple, dtype: np.dtype, stream: Any, prim: Primitive | None,
+                 inputs: tuple = ()):
+        self.shape = shape
+        self.dtype = dtype
+        self.stream = stream
+        self.device = stream.device
+        self.prim = prim
+        self.inputs = inputs
+        self.siblings: tuple | None = None
+        self.buffer = None
+        self.users = 0
+        self.arrays = 0
+        for i in inputs:
+            i.users += 1
+
+    @property
+    def pending(self) -> bool:
+        return self.buffer is None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        state = self.prim.name if self.prim is not None else "evaluated"
+        return f"<ArrayData {self.shape} {self.dtype} {state}>"
+
+
+def multi_output(datas: list[ArrayData]) -> list[ArrayData]:
+    """Tie the outputs of one primitive together: scheduling any of them produces all."""
+    sib = tuple(datas)
+    for d in datas:
+        d.siblings = sib
+    return datas

@@ -1,0 +1,119 @@
+"""Evaluation: order pending nodes, allocate outputs, and hand each node to its stream's encoder.
+
+All scheduling happens under one process-wide lock (execution does not), which is what makes one
+stream safe to share between host threads. Host reads wait only for the writers they need.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+from ..errors import LaneflowError
+from .node import ArrayData
+
+LOCK = threading.RLock()
+
+
+def toposort(roots: Iterable[ArrayData]) -> list[ArrayData]:
+    """Pending nodes reachable from roots, inputs before users. Iterative: deep chains are fine."""
+    order: list[ArrayData] = []
+    seen: set[int] = set()
+    for root in roots:
+        if root.buffer is not None or id(root) in seen:
+            continue
+        stack = [(root, False)]
+        while stack:
+            d, expanded = stack.pop()
+            if expanded:
+                order.append(d)
+                continue
+            if id(d) in seen or d.buffer is not None:
+                continue
+            seen.add(id(d))
+            stack.append((d, True))
+            for i in d.inputs:
+                if i.buffer is None and id(i) not in seen:
+                    stack.append((i, False))
+    return order
+
+
+def schedule(roots: Iterable[ArrayData]) -> None:
+    """Submit every pending node needed by roots. Returns without waiting for the work."""
+    with LOCK:
+        for d in toposort(roots):
+            if d.buffer is None:  # a sibling may have produced it already
+                _schedule_one(d)
+
+
+def _donor(d: ArrayData) -> ArrayData | None:
+    if not d.inputs:
+        return None
+    src = d.inputs[0]
+    buf = src.buffer
+    if (src.users == 1 and src.arrays == 0 and not buf.exported and src.siblings is None
+            and src.shape == d.shape and src.dtype == d.dtype and buf.device == d.device):
+        return src
+    return None
+
+
+def _schedule_one(d: ArrayData) -> None:
+    prim = d.prim
+    stream = d.stream
+    if stream._closed:
+        raise LaneflowError(f"{prim.name}: its stream {stream} was closed before the op was evaluated")
+    backend = stream.backend
+    outs = d.siblings or (d,)
+    ins = d.inputs
+    in_bufs = [i.buffer for i in ins]
+
+    if prim.kind == "constant":
+        buf, copy = backend.upload(d.device, prim.value)
+        prim.value = None
+        if copy is not None:
+            stream.encoder.encode(prim.name, copy, (), (buf,))
+        _finish(outs, (buf,), ins)
+        return
+
+    donor = _donor(d) if prim.donates else None
+    out_bufs = []
+    for k, o in enumerate(outs):
+        if k == 0 and donor is not None:
+            out_bufs.append(donor.buffer)
+        else:
+            out_bufs.append(backend.allocate(o.device, o.shape, o.dtype, prim.name))
+    kern = backend.kernel(prim.kind)
+    in_data = [b.data for b in in_bufs]
+    out_data = [b.data for b in out_bufs]
+
+    def fn(lane, kern=kern, prim=prim, in_data=in_data, out_data=out_data):
+        kern(lane, prim, in_data, out_data)
+
+    reads = []
+    for b in in_bufs:
+        if not any(b is r for r in reads):
+            reads.append(b)
+    stream.encoder.encode(prim.name, fn, reads, out_bufs)
+    if donor is not None:
+        donor.buffer = None  # ownership moved to the output
+    _finish(outs, out_bufs, ins)
+
+
+def _finish(outs, bufs, ins) -> None:
+    for o, b in zip(outs, bufs):
+        o.buffer = b
+        o.prim = None
+        o.inputs = ()
+        o.siblings = None
+    for i in ins:
+        i.users -= 1
+
+
+def wait(d: ArrayData, timeout: float | None = None) -> None:
+    """Block until d's buffer is written; raise the error of the op that failed to produce it."""
+    buf = d.buffer
+    w = buf.writer
+    if w is not None and not w.lane.host_wait(w.seq, timeout):
+        raise TimeoutError(f"waiting for {w.lane.name} command {w.seq} timed out after {timeout} s")
+    if buf.error is not None:
+        raise buf.error

@@ -1,0 +1,1 @@
+"""Interop: DLPack (producer and consumer) and numpy."""

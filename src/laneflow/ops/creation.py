@@ -1,0 +1,150 @@
+"""Array creation: from host data, constants, ranges and identity matrices."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..array import Array
+from ..device import Device
+from .core import check_shape, constant, node, stream_of
+from .primitives import Arange, Eye, Full, Linspace
+
+
+def _stream(device: Any, stream: Any, op: str):
+    if device is not None and stream is not None:
+        raise ValueError(f"{op}: give device= or stream=, not both")
+    return stream_of(device if device is not None else stream, op)
+
+
+def _dtype(dtype: Any, op: str) -> np.dtype | None:
+    if dtype is None:
+        return None
+    try:
+        return dt.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{op}: {e}") from None
+
+
+def array(obj: Any, dtype: Any = None, device: Device | str | None = None, *, stream: Any = None) -> Array:
+    """A new array from host data (lists, scalars, numpy arrays) or another lf.Array.
+
+    Host data is copied at once, so later changes to ``obj`` do not show. Python floats give
+    float64 and Python ints int64, as in numpy.
+    """
+    st = _stream(device, stream, "array")
+    to = _dtype(dtype, "array")
+    if isinstance(obj, Array):
+        from .shape import astype
+        from .core import to_stream
+
+        d = to_stream(obj._data, st, "array")
+        out = Array._wrap(d)
+        return astype(out, to, stream=st) if to is not None and to != d.dtype else out
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
+        from ..interop.dlpack import from_dlpack
+
+        return array(from_dlpack(obj), dtype, stream=st)
+    return Array._wrap(constant(obj, st, to, op="array"))
+
+
+def asarray(obj: Any, dtype: Any = None, device: Device | str | None = None, *, stream: Any = None) -> Array:
+    """Like :func:`array`, but returns ``obj`` itself when it already is an Array of that dtype and device."""
+    if isinstance(obj, Array) and (dtype is None or dt.dtype(dtype) == obj.dtype) and \
+            (device is None or obj.device == stream_of(device, "asarray").device) and stream is None:
+        return obj
+    return array(obj, dtype, device, stream=stream)
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, *, stream: Any = None) -> Array:
+    """An array of ``shape`` filled with ``fill_value`` (dtype inferred from it when not given)."""
+    st = _stream(device, stream, "full")
+    shape = check_shape(shape, "full")
+    to = _dtype(dtype, "full")
+    if to is None:
+        to = dt.result_type(np.asarray(fill_value).dtype) if not isinstance(fill_value, (bool, int, float)) else \
+            dt.dtype(type(fill_value))
+    try:
+        with np.errstate(all="ignore"):
+            value = np.array(fill_value, dtype=to)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise type(e)(f"full: cannot fill a {to} array with {fill_value!r}: {e}") from None
+    if value.ndim:
+        raise ValueError(f"full: fill_value must be a scalar, got shape {value.shape}")
+    return node(Full(value[()], "full"), (), shape, to, st)
+
+
+def zeros(shape: Any, dtype: Any = dt.float64, device: Any = None, *, stream: Any = None) -> Array:
+    """An array of zeros (float64 by default, as numpy)."""
+    return full(shape, 0, dtype if dtype is not None else dt.float64, device, stream=stream)
+
+
+def ones(shape: Any, dtype: Any = dt.float64, device: Any = None, *, stream: Any = None) -> Array:
+    """An array of ones (float64 by default, as numpy)."""
+    return full(shape, 1, dtype if dtype is not None else dt.float64, device, stream=stream)
+
+
+def _like(x: Any, dtype: Any, op: str) -> tuple:
+    if not isinstance(x, Array):
+        x = np.asarray(x)
+    return x.shape, dt.dtype(dtype) if dtype is not None else dt.dtype(x.dtype)
+
+
+def zeros_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+    shape, to = _like(x, dtype, "zeros_like")
+    return full(shape, 0, to, stream=stream)
+
+
+def ones_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+    shape, to = _like(x, dtype, "ones_like")
+    return full(shape, 1, to, stream=stream)
+
+
+def full_like(x: Any, fill_value: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+    shape, to = _like(x, dtype, "full_like")
+    return full(shape, fill_value, to, stream=stream)
+
+
+def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, device: Any = None, *,
+           stream: Any = None) -> Array:
+    """Evenly spaced values in [start, stop), as ``np.arange``."""
+    st = _stream(device, stream, "arange")
+    if stop is None:
+        start, stop = 0, start
+    if step is None:
+        step = 1
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+            raise TypeError(f"arange: {name} must be a real number, got {v!r}")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    n = max(0, math.ceil((stop - start) / step))
+    to = _dtype(dtype, "arange") or dt.dtype(np.arange(start, start + step, step).dtype if n else
+                                              np.result_type(start, stop, step))
+    return node(Arange(start, step), (), (n,), to, st)
+
+
+def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None,
+             device: Any = None, *, stream: Any = None) -> Array:
+    """``num`` evenly spaced values from start to stop (float64 by default, as numpy)."""
+    st = _stream(device, stream, "linspace")
+    if not isinstance(num, (int, np.integer)) or isinstance(num, bool) or num < 0:
+        raise ValueError(f"linspace: num must be a non-negative int, got {num!r}")
+    to = _dtype(dtype, "linspace") or dt.float64
+    return node(Linspace(float(start), float(stop), bool(endpoint)), (), (int(num),), to, st)
+
+
+def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = dt.float64, device: Any = None, *,
+        stream: Any = None) -> Array:
+    """Identity-like matrix with ones on diagonal ``k``."""
+    st = _stream(device, stream, "eye")
+    m = n if m is None else m
+    for name, v in (("n", n), ("m", m)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"eye: {name} must be a non-negative int, got {v!r}")
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+        raise TypeError(f"eye: k must be an int, got {k!r}")
+    return node(Eye(int(k)), (), (int(n), int(m)), _dtype(dtype, "eye") or dt.float64, st)

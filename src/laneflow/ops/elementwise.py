@@ -1,0 +1,162 @@
+"""Elementwise math with numpy broadcasting and numpy (NEP 50) dtype promotion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..array import Array
+from .core import describe, node, operand, stream_of
+from .primitives import Elementwise, Scalar
+
+_PY_SCALARS = (bool, int, float)
+
+
+def _is_weak(x: Any) -> bool:
+    return isinstance(x, _PY_SCALARS) and not isinstance(x, np.generic)
+
+
+def _infer(name: str, ufunc: np.ufunc, operands: list, datas: list) -> np.dtype:
+    try:
+        return dt.ufunc_result(ufunc, tuple(operands))
+    except (TypeError, np.exceptions.DTypePromotionError) as e:
+        kinds = ", ".join(str(o) if isinstance(o, np.dtype) else f"python {type(o).__name__}" for o in operands)
+        raise TypeError(f"{name}: not defined for dtypes ({kinds}); cast with .astype() first ({e})") from None
+
+
+def _check_scalar_fits(name: str, value: Any, dtype: np.dtype) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise OverflowError(f"{name}: Python integer {value} is out of bounds for {dtype}")
+
+
+def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with: np.ufunc | None = None,
+          result: np.dtype | None = None) -> Array:
+    """Build an elementwise node. ``infer_with`` is the numpy ufunc whose loop resolution gives the dtype."""
+    st = stream_of(stream, name)
+    datas, operands, infer = [], [], []
+    for a in args:
+        if _is_weak(a):
+            operands.append(Scalar(a))
+            infer.append(a)
+        else:
+            d = operand(a, st, name)
+            operands.append(len(datas))
+            datas.append(d)
+            infer.append(d.dtype)
+    if not datas:  # all Python scalars: make the first one an array, as numpy does
+        d = operand(np.asarray(args[0]), st, name)
+        operands[0], infer[0] = 0, d.dtype
+        datas.append(d)
+    try:
+        shape = np.broadcast_shapes(*(d.shape for d in datas))
+    except ValueError:
+        raise ValueError(f"{name}: shapes {', '.join(str(d.shape) for d in datas)} cannot be broadcast together") from None
+    dtype = result if result is not None else _infer(name, infer_with or getattr(np, fn or name), infer, datas)
+    if dtype.kind in "iu":
+        for o in operands:
+            if isinstance(o, Scalar):
+                _check_scalar_fits(name, o.value, dtype)
+    return node(Elementwise(name, fn or name, tuple(operands)), datas, shape, dtype, st)
+
+
+def _binary(name: str, npname: str | None = None):
+    def op(a: Any, b: Any, /, *, stream: Any = None) -> Array:
+        return apply(name, (a, b), stream, fn=name, infer_with=getattr(np, npname or name))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Elementwise ``{name}`` with broadcasting (numpy's ``np.{npname or name}``)."
+    return op
+
+
+def _unary(name: str, npname: str | None = None):
+    def op(x: Any, /, *, stream: Any = None) -> Array:
+        return apply(name, (x,), stream, fn=name, infer_with=getattr(np, npname or name))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Elementwise ``{name}`` (numpy's ``np.{npname or name}``)."
+    return op
+
+
+add = _binary("add")
+subtract = _binary("subtract")
+multiply = _binary("multiply")
+divide = _binary("divide")
+floor_divide = _binary("floor_divide")
+remainder = _binary("remainder")
+power = _binary("power")
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+equal = _binary("equal")
+not_equal = _binary("not_equal")
+less = _binary("less")
+less_equal = _binary("less_equal")
+greater = _binary("greater")
+greater_equal = _binary("greater_equal")
+logical_and = _binary("logical_and")
+logical_or = _binary("logical_or")
+
+negative = _unary("negative")
+abs = _unary("abs", "absolute")  # noqa: A001 - numpy's name
+sign = _unary("sign")
+exp = _unary("exp")
+log = _unary("log")
+log1p = _unary("log1p")
+sqrt = _unary("sqrt")
+square = _unary("square")
+sin = _unary("sin")
+cos = _unary("cos")
+tanh = _unary("tanh")
+logical_not = _unary("logical_not")
+isnan = _unary("isnan")
+isfinite = _unary("isfinite")
+
+
+def _float_unary(name: str, doc: str):
+    def op(x: Any, /, *, stream: Any = None) -> Array:
+        return apply(name, (x,), stream, fn=name, infer_with=np.exp)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+rsqrt = _float_unary("rsqrt", "Elementwise ``1 / sqrt(x)``; integer inputs give floats as ``np.sqrt`` does.")
+sigmoid = _float_unary("sigmoid", "Elementwise logistic function ``1 / (1 + exp(-x))``.")
+erf = _float_unary("erf", "Elementwise Gauss error function.")
+
+
+def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
+    """``x`` where ``condition`` is true, else ``y`` (broadcast together; dtype of ``x`` and ``y`` promoted)."""
+    weak = [v if _is_weak(v) else None for v in (x, y)]
+    st = stream_of(stream, "where")
+    dts = [w if w is not None else operand(v, st, "where").dtype for w, v in zip(weak, (x, y))]
+    try:
+        res = dt.result_type(*dts)
+    except (TypeError, np.exceptions.DTypePromotionError) as e:
+        raise TypeError(f"where: no common dtype for x and y ({e})") from None
+    return apply("where", (condition, x, y), st, fn="where", result=res)
+
+
+def clip(x: Any, a_min: Any = None, a_max: Any = None, /, *, stream: Any = None) -> Array:
+    """Limit values to [a_min, a_max] (either may be None)."""
+    if a_min is None and a_max is None:
+        raise ValueError("clip: give at least one of a_min and a_max")
+    r = x
+    if a_min is not None:
+        r = maximum(r, a_min, stream=stream)
+    if a_max is not None:
+        r = minimum(r, a_max, stream=stream)
+    return r
+
+
+def bool_only(name: str, fn, *args: Any, stream: Any = None) -> Array:
+    """``&``, ``|`` and ``~`` are logical ops on bool arrays; laneflow has no bitwise integer ops."""
+    for a in args:
+        if isinstance(a, Array) and a.dtype != dt.bool_:
+            raise TypeError(f"{name}: laneflow supports {name} on bool arrays only, got {describe(a._data)}; "
+                            "use lf.logical_and/logical_or/logical_not for truth values")
+    return fn(*args, stream=stream)

@@ -1,0 +1,161 @@
+"""Indexing: basic (ints, slices, None, Ellipsis) and integer-array indexing, slice assignment, take.
+
+Boolean masks with laneflow arrays have data-dependent shapes and are refused (use ``lf.where``);
+a boolean *numpy* mask is known on the host and becomes integer indices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..array import Array
+from .core import constant, describe, node, normalize_axis, operand, stream_of
+from .primitives import GetItem, SetItem, Take
+
+
+def _dummy(shape: tuple, dtype=np.int8) -> np.ndarray:
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=shape, strides=(0,) * len(shape))
+
+
+def _normalize(op: str, index: Any, d, st) -> tuple[tuple, list]:
+    """Index entries for the primitive, and the integer index arrays (inputs)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    arrays: list = []
+    entries: list = []
+    for e in index:
+        if e is None or e is Ellipsis or isinstance(e, slice):
+            entries.append(e)
+        elif isinstance(e, bool) or isinstance(e, np.bool_):
+            raise TypeError(f"{op}: a boolean scalar index is not supported")
+        elif isinstance(e, (int, np.integer)):
+            entries.append(int(e))
+        elif isinstance(e, Array) or isinstance(e, (list, np.ndarray)):
+            if isinstance(e, Array):
+                a = operand(e, st, op)
+            else:
+                host = np.asarray(e)
+                if host.dtype == np.bool_:
+                    # A host mask is static: turn it into integer index arrays now.
+                    for nz in np.nonzero(host):
+                        arrays.append(constant(nz.astype(np.int64), st, op=op))
+                        entries.append(("array", len(arrays) - 1))
+                    continue
+                if host.size == 0:
+                    host = host.astype(np.int64)
+                a = constant(host, st, op=op)
+            if a.dtype == dt.bool_:
+                raise TypeError(f"{op}: boolean mask indexing with an lf.Array has a data-dependent shape; "
+                                "use lf.where(mask, x, other) or integer index arrays")
+            if not dt.is_integer(a.dtype):
+                raise IndexError(f"{op}: index arrays must have an integer dtype, got {a.dtype}")
+            arrays.append(a)
+            entries.append(("array", len(arrays) - 1))
+        else:
+            raise IndexError(f"{op}: unsupported index {e!r} of type {type(e).__name__}; "
+                             "use ints, slices, None, ..., or integer arrays")
+    if entries.count(Ellipsis) > 1:
+        raise IndexError(f"{op}: an index can only have a single ellipsis ('...')")
+    used = sum(1 for e in entries if e is not None and e is not Ellipsis)
+    nd = len(d.shape)
+    if used > nd:
+        raise IndexError(f"{op}: too many indices for an array {describe(d)}: {used} were given")
+    if Ellipsis in entries:
+        k = entries.index(Ellipsis)
+        entries[k:k + 1] = [slice(None)] * (nd - used)
+    return tuple(entries), arrays
+
+
+def _indexed_shape(op: str, d, entries: tuple, arrays: list) -> tuple:
+    probe = tuple(_dummy(arrays[e[1]].shape, np.intp) if isinstance(e, tuple) else e for e in entries)
+    try:
+        return _dummy(d.shape)[probe].shape
+    except IndexError as e:
+        raise IndexError(f"{op}: {e} (array {describe(d)})") from None
+    except ValueError as e:
+        raise IndexError(f"{op}: index arrays cannot be broadcast together ({e})") from None
+
+
+def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
+    """``x[index]`` as a new value (a copy; laneflow arrays are values, not numpy views)."""
+    st = stream_of(stream, "getitem")
+    d = operand(x, st, "getitem")
+    entries, arrays = _normalize("getitem", index, d, st)
+    shape = _indexed_shape("getitem", d, entries, arrays)
+    if not arrays and all(isinstance(e, slice) and e == slice(None) for e in entries) and shape == d.shape:
+        return Array._wrap(d)
+    return node(GetItem(entries), (d, *arrays), shape, d.dtype, st)
+
+
+def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
+    """The value of ``x`` after ``x[index] = value``, as a new array (``x`` itself is not changed).
+
+    ``Array.__setitem__`` rebinds the array to this value. When nothing else can see the old value,
+    the update is written in place (a real write that the encoder orders after earlier readers).
+    With repeated integer indices the last write wins on the CPU; on the GPU the winner is unspecified.
+    """
+    st = stream_of(stream, "setitem")
+    d = operand(x, st, "setitem")
+    entries, arrays = _normalize("setitem", index, d, st)
+    target = _indexed_shape("setitem", d, entries, arrays)
+    if isinstance(value, Array):
+        v = operand(value, st, "setitem")
+        if v.dtype != d.dtype:
+            from .shape import astype
+
+            v = astype(Array._wrap(v), d.dtype, stream=st)._data
+    else:
+        try:
+            host = np.asarray(value)
+            if host.dtype.kind in "OSUV":
+                raise TypeError(f"unsupported element type {host.dtype}")
+            with np.errstate(all="ignore"):
+                host = np.array(value, dtype=d.dtype) if np.ndim(value) == 0 else host.astype(d.dtype)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise type(e)(f"setitem: cannot store {value!r} into an array {describe(d)}: {e}") from None
+        v = constant(host, st, d.dtype, op="setitem")
+    vshape = v.shape
+    while len(vshape) > len(target) and vshape[0] == 1:
+        vshape = vshape[1:]
+    try:
+        ok = np.broadcast_shapes(vshape, target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"setitem: cannot broadcast a value of shape {v.shape} into the indexed shape {target} "
+                         f"of an array {describe(d)}")
+    if vshape != v.shape:
+        from .shape import reshape
+
+        v = reshape(Array._wrap(v), vshape, stream=st)._data
+    return node(SetItem(entries), (d, v, *arrays), d.shape, d.dtype, st)
+
+
+def take(a: Any, indices: Any, axis: int | None = None, *, stream: Any = None) -> Array:
+    """Elements of ``a`` at integer ``indices`` along ``axis`` (None: of the flattened array).
+
+    Negative indices count from the end; out-of-range indices raise IndexError at evaluation.
+    """
+    st = stream_of(stream, "take")
+    d = operand(a, st, "take")
+    if isinstance(indices, Array):
+        i = operand(indices, st, "take")
+    else:
+        host = np.asarray(indices)
+        i = constant(host.astype(np.int64) if host.size == 0 else host, st, op="take")
+    if not dt.is_integer(i.dtype):
+        raise IndexError(f"take: indices must have an integer dtype, got {i.dtype}")
+    if axis is None:
+        if d.size == 0 and i.size:
+            raise IndexError("take: cannot take from an empty array")
+        shape = i.shape
+        ax = None
+    else:
+        ax = normalize_axis(axis, len(d.shape), "take")
+        if d.shape[ax] == 0 and i.size:
+            raise IndexError(f"take: cannot take from empty axis {ax} of {describe(d)}")
+        shape = d.shape[:ax] + i.shape + d.shape[ax + 1:]
+    return node(Take(ax), (d, i), shape, d.dtype, st)

@@ -1,0 +1,39 @@
+"""Matrix multiplication (``lf.matmul`` and ``@``) with numpy's rules for 1-D and batched operands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..array import Array
+from .core import describe, node, operand, stream_of
+from .primitives import Matmul
+
+
+def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
+    """Matrix product; leading dimensions broadcast as batches. float16/bfloat16 accumulate in float32."""
+    st = stream_of(stream, "matmul")
+    x, y = operand(a, st, "matmul"), operand(b, st, "matmul")
+    if not x.shape or not y.shape:
+        raise ValueError(f"matmul: operands must be at least 1-D, got {describe(x, y)}")
+    xs, ys = x.shape, y.shape
+    xm = xs if len(xs) > 1 else (1,) + xs
+    ym = ys if len(ys) > 1 else ys + (1,)
+    if xm[-1] != ym[-2]:
+        raise ValueError(f"matmul: inner dimensions differ: {describe(x, y)} ({xm[-1]} != {ym[-2]})")
+    try:
+        batch = np.broadcast_shapes(xm[:-2], ym[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: batch dimensions of {describe(x, y)} cannot be broadcast") from None
+    shape = batch + (xm[-2], ym[-1])
+    if len(xs) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(ys) == 1:
+        shape = shape[:-1]
+    try:
+        dtype = dt.result_type(x.dtype, y.dtype)
+    except (TypeError, np.exceptions.DTypePromotionError) as e:
+        raise TypeError(f"matmul: no common dtype for {describe(x, y)} ({e})") from None
+    return node(Matmul(), (x, y), shape, dtype, st)

@@ -1,0 +1,212 @@
+"""Primitives: the parameters of each kernel family. Shape and dtype inference live in the op
+functions (``ops/*.py``); kernels live in the backends, keyed by ``kind``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..graph.node import Primitive
+
+
+class Scalar:
+    """A Python scalar operand of an elementwise op, kept weak (NEP 50) and passed to the kernel."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Scalar({self.value!r})"
+
+
+class Constant(Primitive):
+    kind = "constant"
+
+    def __init__(self, value: np.ndarray, name: str = "array"):
+        super().__init__(name)
+        self.value = value
+
+
+class Elementwise(Primitive):
+    """``fn`` applied elementwise with broadcasting. ``operands`` lists input indices or Scalars."""
+
+    kind = "elementwise"
+    donates = True
+
+    def __init__(self, name: str, fn: str, operands: tuple):
+        super().__init__(name)
+        self.fn, self.operands = fn, operands
+
+
+class AsType(Primitive):
+    kind = "astype"
+
+    def __init__(self, dtype: np.dtype):
+        super().__init__("astype")
+        self.dtype = dtype
+
+
+class Reduce(Primitive):
+    """sum prod max min any all mean var std over ``axes`` (a tuple)."""
+
+    kind = "reduce"
+
+    def __init__(self, name: str, axes: tuple, keepdims: bool, ddof: int = 0):
+        super().__init__(name)
+        self.axes, self.keepdims, self.ddof = axes, keepdims, ddof
+
+
+class ArgReduce(Primitive):
+    kind = "argreduce"
+
+    def __init__(self, name: str, axis: int | None, keepdims: bool):
+        super().__init__(name)
+        self.axis, self.keepdims = axis, keepdims
+
+
+class Softmax(Primitive):
+    kind = "softmax"
+
+    def __init__(self, axes: tuple):
+        super().__init__("softmax")
+        self.axes = axes
+
+
+class LogSumExp(Primitive):
+    kind = "logsumexp"
+
+    def __init__(self, axes: tuple, keepdims: bool):
+        super().__init__("logsumexp")
+        self.axes, self.keepdims = axes, keepdims
+
+
+class Matmul(Primitive):
+    kind = "matmul"
+
+    def __init__(self) -> None:
+        super().__init__("matmul")
+
+
+class Reshape(Primitive):
+    kind = "reshape"
+
+    def __init__(self, shape: tuple, name: str = "reshape"):
+        super().__init__(name)
+        self.shape = shape
+
+
+class Transpose(Primitive):
+    kind = "transpose"
+
+    def __init__(self, perm: tuple, name: str = "transpose"):
+        super().__init__(name)
+        self.perm = perm
+
+
+class BroadcastTo(Primitive):
+    kind = "broadcast_to"
+
+    def __init__(self, shape: tuple):
+        super().__init__("broadcast_to")
+        self.shape = shape
+
+
+class Concatenate(Primitive):
+    kind = "concatenate"
+
+    def __init__(self, axis: int, name: str = "concatenate"):
+        super().__init__(name)
+        self.axis = axis
+
+
+class GetItem(Primitive):
+    """``x[index]``. ``index`` is a tuple of ints, slices, None and ``Ellipsis``-free entries; an int
+    ``k`` wrapped as ``("array", k)`` refers to input ``k`` (an integer index array)."""
+
+    kind = "getitem"
+
+    def __init__(self, index: tuple):
+        super().__init__("getitem")
+        self.index = index
+
+
+class SetItem(Primitive):
+    """New value of ``x`` after ``x[index] = v``: inputs (x, v, *index arrays). Writes in place when it can."""
+
+    kind = "setitem"
+    donates = True
+
+    def __init__(self, index: tuple):
+        super().__init__("setitem")
+        self.index = index
+
+
+class Take(Primitive):
+    kind = "take"
+
+    def __init__(self, axis: int | None):
+        super().__init__("take")
+        self.axis = axis
+
+
+class Full(Primitive):
+    kind = "full"
+
+    def __init__(self, value: Any, name: str = "full"):
+        super().__init__(name)
+        self.value = value
+
+
+class Arange(Primitive):
+    kind = "arange"
+
+    def __init__(self, start: Any, step: Any):
+        super().__init__("arange")
+        self.start, self.step = start, step
+
+
+class Linspace(Primitive):
+    kind = "linspace"
+
+    def __init__(self, start: float, stop: float, endpoint: bool):
+        super().__init__("linspace")
+        self.start, self.stop, self.endpoint = start, stop, endpoint
+
+
+class Eye(Primitive):
+    kind = "eye"
+
+    def __init__(self, k: int):
+        super().__init__("eye")
+        self.k = k
+
+
+class Random(Primitive):
+    """Counter-based random numbers (Philox-4x32-10) from a key input: same key, same numbers."""
+
+    kind = "random"
+
+    def __init__(self, name: str, dist: str, a: float, b: float):
+        super().__init__(name)
+        self.dist, self.a, self.b = dist, a, b
+
+
+class RandomSplit(Primitive):
+    kind = "random_split"
+
+    def __init__(self, num: int):
+        super().__init__("random.split")
+        self.num = num
+
+
+class Copy(Primitive):
+    """A copy of the input, possibly to another device (the input's backend reads, the output's writes)."""
+
+    kind = "copy"
+
+    def __init__(self, name: str = "copy"):
+        super().__init__(name)

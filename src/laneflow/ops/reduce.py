@@ -1,0 +1,140 @@
+"""Reductions (numpy names and dtypes) and the two nn reductions, softmax and logsumexp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..array import Array
+from .core import describe, node, normalize_axes, normalize_axis, operand, stream_of
+from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
+
+_NP = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any, "all": np.all,
+       "mean": np.mean, "var": np.var, "std": np.std}
+_DTYPE_CACHE: dict = {}
+
+
+def _result_dtype(name: str, d: np.dtype) -> np.dtype:
+    key = (name, d)
+    r = _DTYPE_CACHE.get(key)
+    if r is None:
+        view, had_bf = dt._numpy_view([d])
+        try:
+            r = np.asarray(_NP[name](np.ones(1, view[0]))).dtype
+        except TypeError as e:
+            raise TypeError(f"{name}: not defined for dtype {d} ({e})") from None
+        r = dt._map_back(r, had_bf)
+        _DTYPE_CACHE[key] = r
+    return r
+
+
+def _out_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
+    if keepdims:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int = 0) -> Array:
+    st = stream_of(stream, name)
+    d = operand(x, st, name)
+    axes = normalize_axes(axis, len(d.shape), name)
+    if name in ("max", "min") and any(d.shape[a] == 0 for a in axes):
+        raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
+    if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
+        raise ValueError(f"{name}: ddof must be a non-negative int, got {ddof!r}")
+    return node(Reduce(name, axes, bool(keepdims), int(ddof)), (d,), _out_shape(d.shape, axes, keepdims),
+                _result_dtype(name, d.dtype), st)
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
+    """Sum over ``axis`` (None: all). Integer and bool inputs sum in int64, as numpy does."""
+    return _reduce("sum", x, axis, keepdims, stream)
+
+
+def prod(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:
+    """Product over ``axis`` (None: all)."""
+    return _reduce("prod", x, axis, keepdims, stream)
+
+
+def max(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
+    """Maximum over ``axis``; NaN propagates, as in numpy."""
+    return _reduce("max", x, axis, keepdims, stream)
+
+
+def min(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
+    """Minimum over ``axis``; NaN propagates, as in numpy."""
+    return _reduce("min", x, axis, keepdims, stream)
+
+
+def mean(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:
+    """Arithmetic mean over ``axis``; integers give float64."""
+    return _reduce("mean", x, axis, keepdims, stream)
+
+
+def var(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0, *, stream: Any = None) -> Array:
+    """Variance over ``axis`` with ``ddof`` delta degrees of freedom."""
+    return _reduce("var", x, axis, keepdims, stream, ddof)
+
+
+def std(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0, *, stream: Any = None) -> Array:
+    """Standard deviation over ``axis`` with ``ddof`` delta degrees of freedom."""
+    return _reduce("std", x, axis, keepdims, stream, ddof)
+
+
+def any(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
+    """True where any element along ``axis`` is nonzero."""
+    return _reduce("any", x, axis, keepdims, stream)
+
+
+def all(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
+    """True where every element along ``axis`` is nonzero."""
+    return _reduce("all", x, axis, keepdims, stream)
+
+
+def _arg(name: str, x: Any, axis: Any, keepdims: bool, stream: Any) -> Array:
+    st = stream_of(stream, name)
+    d = operand(x, st, name)
+    if axis is None:
+        if d.size == 0:
+            raise ValueError(f"{name}: attempt to get {name} of an empty array {describe(d)}")
+        shape = (1,) * len(d.shape) if keepdims else ()
+        ax = None
+    else:
+        ax = normalize_axis(axis, len(d.shape), name)
+        if d.shape[ax] == 0:
+            raise ValueError(f"{name}: axis {ax} of {describe(d)} is empty")
+        shape = _out_shape(d.shape, (ax,), keepdims)
+    return node(ArgReduce(name, ax, bool(keepdims)), (d,), shape, dt.int64, st)
+
+
+def argmax(x: Any, axis: int | None = None, keepdims: bool = False, *, stream: Any = None) -> Array:
+    """Index of the (first) maximum along ``axis`` (None: of the flattened array), as int64."""
+    return _arg("argmax", x, axis, keepdims, stream)
+
+
+def argmin(x: Any, axis: int | None = None, keepdims: bool = False, *, stream: Any = None) -> Array:
+    """Index of the (first) minimum along ``axis`` (None: of the flattened array), as int64."""
+    return _arg("argmin", x, axis, keepdims, stream)
+
+
+def _float_result(name: str, d) -> np.dtype:
+    return dt.ufunc_result(np.exp, (d.dtype,))
+
+
+def softmax(x: Any, axis: Any = -1, *, stream: Any = None) -> Array:
+    """``exp(x) / sum(exp(x))`` along ``axis`` (default: last), computed stably (max subtracted)."""
+    st = stream_of(stream, "softmax")
+    d = operand(x, st, "softmax")
+    axes = normalize_axes(axis, len(d.shape), "softmax")
+    return node(Softmax(axes), (d,), d.shape, _float_result("softmax", d), st)
+
+
+def logsumexp(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:
+    """``log(sum(exp(x)))`` along ``axis`` (None: all), computed stably."""
+    st = stream_of(stream, "logsumexp")
+    d = operand(x, st, "logsumexp")
+    axes = normalize_axes(axis, len(d.shape), "logsumexp")
+    return node(LogSumExp(axes, bool(keepdims)), (d,), _out_shape(d.shape, axes, keepdims),
+                _float_result("logsumexp", d), st)

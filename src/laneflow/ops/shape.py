@@ -1,0 +1,207 @@
+"""Shape ops: reshape, transpose and friends, concatenation, splitting, dtype casts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..array import Array
+from .core import describe, node, normalize_axis, operand, stream_of
+from .primitives import AsType, BroadcastTo, Concatenate, Reshape, Transpose
+
+
+def _same(d, st) -> Array:
+    return Array._wrap(d)
+
+
+def astype(x: Any, dtype: Any, *, stream: Any = None) -> Array:
+    """A copy cast to ``dtype`` (numpy's unsafe casting: floats truncate towards zero into ints)."""
+    st = stream_of(stream, "astype")
+    d = operand(x, st, "astype")
+    try:
+        to = dt.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"astype: {e}") from None
+    if to == d.dtype:
+        return _same(d, st)
+    return node(AsType(to), (d,), d.shape, to, st)
+
+
+def reshape(x: Any, shape: Any, *, stream: Any = None) -> Array:
+    """Same elements, new shape (row-major order). One dimension may be -1."""
+    st = stream_of(stream, "reshape")
+    d = operand(x, st, "reshape")
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"reshape: shape must be a sequence of ints, got {shape!r}") from None
+    n = d.size
+    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+        raise ValueError(f"reshape: invalid shape {shape}: at most one -1 and no other negative sizes")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or n % known:
+            raise ValueError(f"reshape: cannot reshape an array {describe(d)} into {shape}")
+        shape = tuple(n // known if s == -1 else s for s in shape)
+    if math.prod(shape) != n:
+        raise ValueError(f"reshape: cannot reshape an array {describe(d)} of size {n} into shape {shape}")
+    if shape == d.shape:
+        return _same(d, st)
+    return node(Reshape(shape), (d,), shape, d.dtype, st)
+
+
+def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) -> Array:
+    """Permute axes (default: reverse them)."""
+    st = stream_of(stream, "transpose")
+    d = operand(x, st, "transpose")
+    nd = len(d.shape)
+    if axes is None:
+        perm = tuple(range(nd - 1, -1, -1))
+    else:
+        perm = tuple(normalize_axis(a, nd, "transpose") for a in axes)
+        if sorted(perm) != list(range(nd)):
+            raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
+    if perm == tuple(range(nd)):
+        return _same(d, st)
+    return node(Transpose(perm), (d,), tuple(d.shape[p] for p in perm), d.dtype, st)
+
+
+def swapaxes(x: Any, axis1: int, axis2: int, *, stream: Any = None) -> Array:
+    """Exchange two axes."""
+    st = stream_of(stream, "swapaxes")
+    d = operand(x, st, "swapaxes")
+    nd = len(d.shape)
+    a, b = normalize_axis(axis1, nd, "swapaxes"), normalize_axis(axis2, nd, "swapaxes")
+    perm = list(range(nd))
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(Array._wrap(d), perm, stream=st)
+
+
+def expand_dims(x: Any, axis: Any, *, stream: Any = None) -> Array:
+    """Insert size-1 axes at ``axis`` (an int or a tuple, positions in the result)."""
+    st = stream_of(stream, "expand_dims")
+    d = operand(x, st, "expand_dims")
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    nd = len(d.shape) + len(axes)
+    pos = sorted(normalize_axis(a, nd, "expand_dims") for a in axes)
+    if len(set(pos)) != len(pos):
+        raise ValueError(f"expand_dims: repeated axis in {tuple(axes)}")
+    shape = list(d.shape)
+    for p in pos:
+        shape.insert(p, 1)
+    return reshape(Array._wrap(d), tuple(shape), stream=st)
+
+
+def squeeze(x: Any, axis: Any = None, *, stream: Any = None) -> Array:
+    """Remove size-1 axes (all of them, or those named by ``axis``)."""
+    st = stream_of(stream, "squeeze")
+    d = operand(x, st, "squeeze")
+    nd = len(d.shape)
+    if axis is None:
+        axes = {i for i, s in enumerate(d.shape) if s == 1}
+    else:
+        axes = {normalize_axis(a, nd, "squeeze") for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+        bad = [a for a in axes if d.shape[a] != 1]
+        if bad:
+            raise ValueError(f"squeeze: axis {bad[0]} of {describe(d)} has size {d.shape[bad[0]]}, not 1")
+    return reshape(Array._wrap(d), tuple(s for i, s in enumerate(d.shape) if i not in axes), stream=st)
+
+
+def flatten(x: Any, start_axis: int = 0, end_axis: int = -1, *, stream: Any = None) -> Array:
+    """Merge axes start_axis..end_axis into one (default: all, giving a 1-D array)."""
+    st = stream_of(stream, "flatten")
+    d = operand(x, st, "flatten")
+    nd = len(d.shape)
+    if nd == 0:
+        return reshape(Array._wrap(d), (1,), stream=st)
+    s, e = normalize_axis(start_axis, nd, "flatten"), normalize_axis(end_axis, nd, "flatten")
+    if s > e:
+        raise ValueError(f"flatten: start_axis {start_axis} comes after end_axis {end_axis}")
+    shape = d.shape[:s] + (math.prod(d.shape[s:e + 1]),) + d.shape[e + 1:]
+    return reshape(Array._wrap(d), shape, stream=st)
+
+
+def broadcast_to(x: Any, shape: Any, *, stream: Any = None) -> Array:
+    """Repeat ``x`` along new or size-1 axes to ``shape`` (numpy broadcasting rules)."""
+    st = stream_of(stream, "broadcast_to")
+    d = operand(x, st, "broadcast_to")
+    try:
+        shape = tuple(int(s) for s in ((shape,) if isinstance(shape, (int, np.integer)) else shape))
+        ok = np.broadcast_shapes(d.shape, shape) == shape
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"broadcast_to: cannot broadcast an array {describe(d)} to shape {shape}")
+    if shape == d.shape:
+        return _same(d, st)
+    return node(BroadcastTo(shape), (d,), shape, d.dtype, st)
+
+
+def concatenate(arrays: Sequence[Any], axis: int | None = 0, *, stream: Any = None) -> Array:
+    """Join arrays along an existing axis (``axis=None`` flattens them first). dtypes promote."""
+    st = stream_of(stream, "concatenate")
+    if isinstance(arrays, Array) or not isinstance(arrays, (list, tuple)) or not arrays:
+        raise ValueError("concatenate: expected a non-empty list or tuple of arrays")
+    ds = [operand(a, st, "concatenate") for a in arrays]
+    if axis is None:
+        ds = [flatten(Array._wrap(d), stream=st)._data for d in ds]
+        axis = 0
+    nd = len(ds[0].shape)
+    if nd == 0:
+        raise ValueError("concatenate: zero-dimensional arrays cannot be concatenated")
+    ax = normalize_axis(axis, nd, "concatenate")
+    for d in ds[1:]:
+        if len(d.shape) != nd or any(a != b for i, (a, b) in enumerate(zip(d.shape, ds[0].shape)) if i != ax):
+            raise ValueError(f"concatenate: shapes {', '.join(str(e.shape) for e in ds)} differ outside axis {ax}")
+    try:
+        dtype = dt.result_type(*(d.dtype for d in ds))
+    except (TypeError, np.exceptions.DTypePromotionError) as e:
+        raise TypeError(f"concatenate: no common dtype for {describe(*ds)} ({e})") from None
+    shape = list(ds[0].shape)
+    shape[ax] = sum(d.shape[ax] for d in ds)
+    return node(Concatenate(ax), ds, tuple(shape), dtype, st)
+
+
+def stack(arrays: Sequence[Any], axis: int = 0, *, stream: Any = None) -> Array:
+    """Join same-shaped arrays along a new axis."""
+    st = stream_of(stream, "stack")
+    if isinstance(arrays, Array) or not isinstance(arrays, (list, tuple)) or not arrays:
+        raise ValueError("stack: expected a non-empty list or tuple of arrays")
+    ds = [operand(a, st, "stack") for a in arrays]
+    if any(d.shape != ds[0].shape for d in ds):
+        raise ValueError(f"stack: all arrays must have the same shape, got {', '.join(str(d.shape) for d in ds)}")
+    ax = normalize_axis(axis, len(ds[0].shape) + 1, "stack")
+    parts = [expand_dims(Array._wrap(d), ax, stream=st) for d in ds]
+    return concatenate(parts, ax, stream=st)
+
+
+def split(x: Any, indices_or_sections: Any, axis: int = 0, *, stream: Any = None) -> list[Array]:
+    """Split into equal sections (an int) or at the given indices along ``axis``."""
+    from .index import getitem
+
+    st = stream_of(stream, "split")
+    d = operand(x, st, "split")
+    nd = len(d.shape)
+    if nd == 0:
+        raise ValueError("split: cannot split a 0-d array")
+    ax = normalize_axis(axis, nd, "split")
+    n = d.shape[ax]
+    if isinstance(indices_or_sections, (int, np.integer)) and not isinstance(indices_or_sections, bool):
+        k = int(indices_or_sections)
+        if k <= 0 or n % k:
+            raise ValueError(f"split: axis {ax} of size {n} does not divide into {k} equal sections")
+        bounds = [i * (n // k) for i in range(k + 1)]
+    else:
+        try:
+            idx = [int(i) for i in indices_or_sections]
+        except TypeError:
+            raise TypeError(f"split: expected an int or a sequence of ints, got {indices_or_sections!r}") from None
+        bounds = [0] + idx + [n]
+    base = Array._wrap(d)
+    pre = (slice(None),) * ax
+    return [getitem(base, pre + (slice(a, b),), stream=st) for a, b in zip(bounds[:-1], bounds[1:])]

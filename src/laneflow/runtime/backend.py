@@ -1,0 +1,42 @@
+"""The small interface a backend implements. Ops and the encoder are written once, above it."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .buffer import Buffer
+from .lane import Lane
+
+
+class Backend:
+    """A device family (cpu, gpu): lanes, memory and kernels.
+
+    Kernels are looked up by a primitive's ``kind`` (``"elementwise"``, ``"reduce"``, ``"matmul"``...)
+    and called as ``kernel(lane, prim, inputs, outputs)`` with backend buffer handles.
+    """
+
+    name: str = "?"
+    default_lanes: int = 1
+
+    def check_device(self, device: Any) -> None:
+        """Raise ValueError when ``device`` (e.g. gpu index 3) does not exist on this machine."""
+
+    def create_lanes(self, device: Any, stream_id: int, count: int) -> list[Lane]:
+        raise NotImplementedError
+
+    def allocate(self, device: Any, shape: tuple, dtype: np.dtype, op: str) -> Buffer:
+        """A new buffer for an op's output (stream-ordered on backends that support it)."""
+        raise NotImplementedError
+
+    def upload(self, device: Any, host: np.ndarray) -> tuple[Buffer, Callable | None]:
+        """Buffer for host data. Returns the buffer and, if a copy must run on a lane, its function."""
+        raise NotImplementedError
+
+    def to_host(self, buffer: Buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """Host view or copy of a buffer whose writer has finished."""
+        raise NotImplementedError
+
+    def kernel(self, kind: str) -> Callable:
+        raise NotImplementedError

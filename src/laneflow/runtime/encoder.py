@@ -1,0 +1,136 @@
+"""The command encoder: the one place that knows about hazards, lanes and waits.
+
+Ops only say which buffers a command reads and writes. For each command the encoder
+
+1. collects the hazards: read-after-write and write-after-write wait on the buffer's last writer;
+   write-after-read waits on every reader since that write; read-after-read needs nothing;
+2. picks a lane through a :class:`LanePolicy`;
+3. enqueues a wait for each dependency on another lane that the lane's vector clock does not already
+   cover (a wait implied by an earlier one is elided), keeping only the latest point per lane;
+4. submits the command and records it as the new writer / a new reader of its buffers.
+
+The encoder is not thread-safe by itself; :mod:`laneflow.graph.schedule` calls it under one lock.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .buffer import Buffer
+from .lane import Command, Lane, Point
+from .stats import STATS
+
+
+class LanePolicy:
+    """Chooses the lane for a command. Replace it to try a better scheduler."""
+
+    def choose(self, lanes: Sequence[Lane], producers: Sequence[Lane]) -> Lane:
+        raise NotImplementedError
+
+
+class GreedyPolicy(LanePolicy):
+    """The single producer's lane when there is exactly one (no wait needed), else the least-loaded lane.
+
+    Ties between equally loaded lanes rotate, so bursts of independent commands spread out.
+    """
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def choose(self, lanes: Sequence[Lane], producers: Sequence[Lane]) -> Lane:
+        n = len(lanes)
+        if n == 1:
+            return lanes[0]
+        if len(producers) == 1:
+            return producers[0]
+        start = self._next
+        best, best_load = None, None
+        for k in range(n):
+            lane = lanes[(start + k) % n]
+            load = lane.pending()
+            if best_load is None or load < best_load:
+                best, best_load = lane, load
+                if load == 0:
+                    break
+        self._next = (best.index + 1) % n
+        return best
+
+
+class CommandEncoder:
+    """Per stream: takes commands with their read and write buffers, picks lanes, emits waits."""
+
+    def __init__(self, lanes: Sequence[Lane], policy: LanePolicy | None = None):
+        self.lanes = list(lanes)
+        self.policy = policy or GreedyPolicy()
+
+    def encode(self, op: str, fn: Callable[[Lane], object], reads: Sequence[Buffer],
+               writes: Sequence[Buffer], lane: Lane | None = None) -> Point:
+        """Submit one command; returns its point. ``lane`` forces a lane (tests, compile)."""
+        deps: dict[Lane, Point] = {}
+        producers: list[Lane] = []
+        stats = STATS
+        elided = 0
+        for b in reads:
+            w = b.writer
+            if w is not None:
+                stats.raw += 1
+                wl = w.lane
+                if wl.stream_id == self.lanes[0].stream_id and wl not in producers:
+                    producers.append(wl)
+                elided += _add(deps, w)
+        for b in writes:
+            w = b.writer
+            if w is not None:
+                stats.waw += 1
+                elided += _add(deps, w)
+            for r in b.readers.values():
+                stats.war += 1
+                elided += _add(deps, r)
+
+        if lane is None:
+            lane = self.policy.choose(self.lanes, producers)
+        clock = lane.clock
+        changed = None
+        for dl, p in deps.items():
+            if dl is lane:
+                stats.same_lane_deps += 1
+            elif (changed or clock).get(dl, 0) >= p.seq:
+                elided += 1
+            else:
+                lane.wait(p)
+                stats.waits_emitted += 1
+                if changed is None:
+                    changed = dict(clock)
+                for k, v in p.clock.items():
+                    if changed.get(k, 0) < v:
+                        changed[k] = v
+                if changed.get(dl, 0) < p.seq:
+                    changed[dl] = p.seq
+        if changed is not None:
+            lane.clock = changed
+        stats.waits_elided += elided
+
+        lane.submitted += 1
+        cmd = Command(op, fn, reads, writes)
+        cmd.seq = lane.submitted
+        point = Point(lane, cmd.seq, lane.clock)
+        for b in reads:
+            b.readers[lane] = point
+        for b in writes:
+            b.writer = point
+            b.readers = {}
+        stats.commands += 1
+        stats.per_lane[lane.name] += 1
+        lane.submit(cmd)
+        return point
+
+
+def _add(deps: dict, p: Point) -> int:
+    """Keep the latest point per lane; returns 1 when p is implied by one already kept."""
+    old = deps.get(p.lane)
+    if old is None:
+        deps[p.lane] = p
+        return 0
+    if p.seq > old.seq:
+        deps[p.lane] = p
+    return 1

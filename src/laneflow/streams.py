@@ -1,0 +1,164 @@
+"""Devices, backends and streams as users see them: defaults, ``stream=`` resolution, the context manager.
+
+Decisions (documented in the README):
+
+- The default device is the GPU when a CUDA backend is usable, else the CPU (``lf.set_default_device``).
+- Each device has one default stream (``lf.default_stream``) with the backend's default lane count.
+- ``with lf.stream(s):`` sets the default stream for the current host thread only.
+- One stream may be shared by several host threads: encoding is serialised under one lock, so this is
+  safe; for concurrency between threads, give each thread its own stream.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from .device import Device, as_device, cpu, gpu
+from .graph.schedule import LOCK
+from .runtime.backend import Backend
+from .runtime.stream import Stream, live_streams
+
+_backends: dict[str, Backend] = {}
+_default_streams: dict[Device, Stream] = {}
+_default_device: Device | None = None
+_local = threading.local()
+
+
+def backend_for(device: Device) -> Backend:
+    """The backend that runs ``device``; raises if it is not usable on this machine."""
+    b = _backends.get(device.type)
+    if b is None:
+        if device.type == "cpu":
+            from .backends.cpu import CPUBackend
+
+            b = CPUBackend()
+        else:
+            b = _load_gpu_backend()
+        _backends[device.type] = b
+    if device.type == "gpu":
+        b.check_device(device)
+    return b
+
+
+def _load_gpu_backend() -> Backend:
+    try:
+        from .backends import cuda  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(
+            "gpu: laneflow's CUDA backend is not available in this installation "
+            f"({e}); use lf.cpu, or install laneflow[cuda] on a machine with an NVIDIA driver"
+        ) from None
+    return cuda.CUDABackend()
+
+
+def gpu_available() -> bool:
+    """True when a CUDA backend and at least one GPU can be used."""
+    try:
+        backend_for(gpu)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
+        return False
+
+
+def default_device() -> Device:
+    """The device ops use when neither ``stream=`` nor a ``with lf.stream(...)`` says otherwise."""
+    global _default_device
+    if _default_device is None:
+        _default_device = gpu if gpu_available() else cpu
+    return _default_device
+
+
+def set_default_device(device: Device | str) -> None:
+    global _default_device
+    d = as_device(device, "set_default_device")
+    backend_for(d)
+    _default_device = d
+
+
+def _check_lanes(lanes: Any, what: str) -> None:
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 64:
+        raise ValueError(f"{what}: lanes must be an int from 1 to 64, got {lanes!r}")
+
+
+def new_stream(device: Device | str | None = None, lanes: int | None = None) -> Stream:
+    """A new stream on ``device`` with ``lanes`` lanes (default: the backend's measured default).
+
+    >>> s = lf.new_stream(lf.cpu, lanes=4)
+    >>> y = lf.exp(x, stream=s)
+    """
+    d = default_device() if device is None else as_device(device, "new_stream")
+    b = backend_for(d)
+    if lanes is None:
+        lanes = b.default_lanes
+    _check_lanes(lanes, "new_stream")
+    return Stream(d, b, lanes)
+
+
+def default_stream(device: Device | str | None = None) -> Stream:
+    """The default stream of a device (created on first use)."""
+    d = default_device() if device is None else as_device(device, "default_stream")
+    s = _default_streams.get(d)
+    if s is None:
+        with LOCK:
+            s = _default_streams.get(d)
+            if s is None:
+                s = new_stream(d)
+                _default_streams[d] = s
+    return s
+
+
+@contextmanager
+def stream(s: Stream | Device | str) -> Iterator[Stream]:
+    """Make ``s`` the default stream of this host thread inside the block.
+
+    >>> with lf.stream(lf.new_stream(lanes=2)):
+    ...     y = x + 1
+    """
+    st = resolve_stream(s, "stream")
+    stack = _stack()
+    stack.append(st)
+    try:
+        yield st
+    finally:
+        stack.pop()
+
+
+def _stack() -> list:
+    st = getattr(_local, "stack", None)
+    if st is None:
+        st = _local.stack = []
+    return st
+
+
+def current_stream() -> Stream:
+    st = getattr(_local, "stack", None)
+    if st:
+        return st[-1]
+    return default_stream()
+
+
+def resolve_stream(s: Any, op: str) -> Stream:
+    """Normalise an op's ``stream=`` argument (None, a Stream, a Device or a device string)."""
+    if s is None:
+        return current_stream()
+    if isinstance(s, Stream):
+        if s._closed:
+            raise ValueError(f"{op}: stream {s} is closed")
+        return s
+    if isinstance(s, (Device, str)):
+        try:
+            return default_stream(as_device(s, op))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{op}: bad stream= {s!r}: {e}") from None
+    raise TypeError(f"{op}: stream= must be a Stream, a Device or None, got {type(s).__name__}")
+
+
+def synchronize(stream: Stream | Device | str | None = None) -> None:
+    """Wait for all work submitted so far to ``stream`` (a Stream or a Device's default), or everywhere."""
+    if stream is None:
+        for s in live_streams():
+            s.synchronize()
+        return
+    resolve_stream(stream, "synchronize").synchronize()
