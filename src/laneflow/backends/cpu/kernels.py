@@ -43,11 +43,18 @@ def _erf(x):
     return _erf64(x.astype(float64)).astype(float64 if x.dtype == float64 else float32)
 
 
+def _where(dtype, c, a, b):
+    # Both branches in the result dtype first: numpy has no common dtype for some pairs laneflow
+    # promotes (bfloat16 with float16 gives float32).
+    return np.where(c, np.asarray(a).astype(dtype, copy=False), np.asarray(b).astype(dtype, copy=False))
+
+
+# Functions numpy has no ufunc for: ``f(out_dtype, *args)`` returns the result (cast into the output).
 SPECIAL = {
-    "rsqrt": lambda x: 1.0 / np.sqrt(_up(x)),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-_up(x))),
-    "erf": _erf,
-    "where": lambda c, a, b: np.where(c, a, b),
+    "rsqrt": lambda dtype, x: 1.0 / np.sqrt(_up(x)),
+    "sigmoid": lambda dtype, x: 1.0 / (1.0 + np.exp(-_up(x))),
+    "erf": lambda dtype, x: _erf(x),
+    "where": _where,
 }
 
 
@@ -59,7 +66,7 @@ def elementwise(lane, prim, ins, outs):
         if f is not None:
             f(*args, out=out, casting="unsafe")
         else:
-            np.copyto(out, SPECIAL[prim.fn](*args), casting="unsafe")
+            np.copyto(out, SPECIAL[prim.fn](out.dtype, *args), casting="unsafe")
 
 
 def astype(lane, prim, ins, outs):
@@ -186,7 +193,11 @@ def random_split(lane, prim, ins, outs):
 
 
 def copy(lane, prim, ins, outs):
-    np.copyto(outs[0], ins[0])
+    src = ins[0]
+    if isinstance(src, np.ndarray):
+        np.copyto(outs[0], src)
+    else:  # a device buffer handle: its writer has finished (this lane waited for it)
+        src.copy_to_host(outs[0])
 
 
 KERNELS = {name: fn for name, fn in globals().items()

@@ -1,0 +1,46 @@
+"""Shared fixtures. Every behaviour test takes ``device`` and runs once per backend; without a usable
+GPU the gpu cases skip with a one-line reason. Inputs come from ``rng``, freshly seeded per test
+(the seed is printed, so pytest shows it with a failure and ``LANEFLOW_TEST_SEED`` replays it).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+
+_GPU_REASON = "no usable GPU: laneflow's CUDA backend or an NVIDIA driver is missing"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-programs", type=int, default=None,
+                     help="programs per differential-fuzz test (default 300 on CPU; e.g. 10000)")
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def device(request) -> lf.Device:
+    if request.param == "gpu" and not lf.gpu_available():
+        pytest.skip(_GPU_REASON)
+    return lf.Device(request.param)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    seed = int(os.environ.get("LANEFLOW_TEST_SEED", secrets.randbits(32)))
+    print(f"LANEFLOW_TEST_SEED={seed}")
+    return np.random.default_rng(seed)
+
+
+def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Fresh random data of a dtype: never zeros; floats in a range every dtype holds exactly enough."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        lo, hi = (0, 100) if dtype.kind == "u" else (-50, 50)
+        return rng.integers(lo, hi, size=shape).astype(dtype)
+    return rng.uniform(-2.0, 2.0, size=shape).astype(dtype)
