@@ -18,16 +18,19 @@ from .dtypes import (  # noqa: F401
 )
 from .errors import ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError
 from .evaluation import async_eval, eval, reset_stats, stats  # noqa: A004
+from .graph.compile import CompileError, compile  # noqa: A004 - MLX's name
 from .interop.dlpack import from_dlpack
 from .runtime.stream import Stream
 from .streams import (
     default_device, default_stream, gpu_available, new_stream, set_default_device, stream, synchronize,
 )
+from .trace import trace
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Array", "Device", "Stream", "cpu", "gpu", "default_device", "set_default_device", "new_stream",
     "default_stream", "stream", "synchronize", "gpu_available", "eval", "async_eval", "stats", "reset_stats",
-    "from_dlpack", "LaneflowError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "random", "testing",
+    "compile", "CompileError", "from_dlpack", "LaneflowError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "random", "testing",
+    "trace",
 ]

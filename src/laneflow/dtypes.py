@@ -3,6 +3,14 @@
 Promotion follows numpy 2 (NEP 50: Python scalars are "weak" and take the array's dtype where the
 kind allows). numpy has no rule for bfloat16, so laneflow defines one and writes it down here:
 bfloat16 promotes exactly as float16 does, and bfloat16 with float16 gives float32 (the JAX rule).
+
+laneflow has no int16, uint16 or uint64. Where numpy's rules would give one of them, laneflow uses the
+nearest wider dtype it has, and computes in it:
+
+- int8 with uint8 gives int32 (numpy: int16), in arithmetic, comparisons, ``where``, ``concatenate``
+  and ``matmul`` alike (the operands are cast to int32 first, so results never wrap at 16 bits);
+- ``sum`` and ``prod`` of unsigned integers accumulate in int64 (numpy: uint64; PyTorch also gives
+  int64), as they do for signed integers and bool.
 """
 
 from __future__ import annotations
@@ -78,8 +86,31 @@ def _numpy_view(dtypes: list[np.dtype]) -> tuple[list[np.dtype], bool]:
     return [float16 if d == bfloat16 else d for d in dtypes], True
 
 
+# numpy dtypes that promotion can produce but laneflow does not have -> the laneflow dtype used instead.
+_WIDER = {np.dtype(np.int16): int32, np.dtype(np.uint16): int32, np.dtype(np.uint64): int64}
+
+
+def wider(d: np.dtype) -> np.dtype | None:
+    """The laneflow dtype that stands in for numpy dtype d, which laneflow lacks (int16 -> int32), or None."""
+    return _WIDER.get(np.dtype(d))
+
+
 def _map_back(d: np.dtype, had_bf: bool) -> np.dtype:
+    d = _WIDER.get(d, d)
     return bfloat16 if had_bf and d == float16 else d
+
+
+def operand_dtype(dtypes: list[np.dtype]) -> np.dtype | None:
+    """The dtype to cast array operands to before an op when numpy would compute them in a dtype laneflow
+    lacks (int8 with uint8: numpy computes in int16, laneflow in int32); None when no cast is needed."""
+    if len(set(dtypes)) < 2:
+        return None
+    view, had_bf = _numpy_view(list(dtypes))
+    try:
+        common = np.result_type(*view)
+    except (TypeError, np.exceptions.DTypePromotionError):
+        return None
+    return _WIDER.get(common)
 
 
 def result_type(*args: Any) -> np.dtype:
@@ -118,6 +149,10 @@ def ufunc_result(ufunc: np.ufunc, operands: tuple) -> np.dtype:
     if hit is not None:
         return hit
     dts = [o for o in operands if isinstance(o, np.dtype)]
+    common = operand_dtype(dts)
+    if common is not None:  # the operands are cast to a dtype laneflow has first (see operand_dtype)
+        operands = tuple(common if isinstance(o, np.dtype) else o for o in operands)
+        dts = [common] * len(dts)
     view, had_bf = _numpy_view(dts)
     it = iter(view)
     args = [np.empty(0, next(it)) if isinstance(o, np.dtype) else type(o)(1) for o in operands]

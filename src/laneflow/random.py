@@ -88,7 +88,11 @@ def _draw(op: str, dist: str, shape: Any, dtype: Any, a: float, b: float, key: A
 
 def uniform(shape: Any = (), dtype: Any = dt.float32, low: float = 0.0, high: float = 1.0, *,
             key: Any = None, stream: Any = None) -> Array:
-    """Uniform samples in [low, high)."""
+    """Uniform samples in [low, high).
+
+    Each sample has the full precision of ``dtype`` (its significand's worth of random bits) and, after
+    rounding to ``dtype``, still lies in [low, high): it never equals ``high``.
+    """
     if not high >= low:
         raise ValueError(f"random.uniform: high ({high}) must be >= low ({low})")
     return _draw("random.uniform", "uniform", shape, dtype, low, high, key, stream)

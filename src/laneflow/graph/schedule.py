@@ -59,27 +59,37 @@ def _donor(d: ArrayData) -> ArrayData | None:
 
 def _schedule_one(d: ArrayData) -> None:
     prim = d.prim
+    if prim.kind == "placeholder":
+        raise prim.error()
     stream = d.stream
+    outs = d.siblings or (d,)
+    ins = d.inputs
+    donor = _donor(d) if prim.donates else None
+    out_bufs = submit(prim, stream, [i.buffer for i in ins], outs, donor.buffer if donor is not None else None)
+    if donor is not None:
+        donor.buffer = None  # ownership moved to the output
+    _finish(outs, out_bufs, ins)
+
+
+def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
+    """Allocate the outputs of one primitive and encode its command on ``stream``; returns the buffers.
+
+    ``outs`` give each output's device, shape and dtype. ``donated`` is an input buffer to reuse as
+    output 0 (an in-place write). Shared by eager evaluation and compiled replay.
+    """
     if stream._closed:
         raise LaneflowError(f"{prim.name}: its stream {stream} was closed before the op was evaluated")
     backend = stream.backend
-    outs = d.siblings or (d,)
-    ins = d.inputs
-    in_bufs = [i.buffer for i in ins]
-
     if prim.kind == "constant":
-        buf, copy = backend.upload(d.device, prim.value)
+        buf, copy = backend.upload(stream.device, prim.value)
         prim.value = None
         if copy is not None:
             stream.encoder.encode(prim.name, copy, (), (buf,))
-        _finish(outs, (buf,), ins)
-        return
-
-    donor = _donor(d) if prim.donates else None
+        return [buf]
     out_bufs = []
     for k, o in enumerate(outs):
-        if k == 0 and donor is not None:
-            out_bufs.append(donor.buffer)
+        if k == 0 and donated is not None:
+            out_bufs.append(donated)
         else:
             out_bufs.append(backend.allocate(o.device, o.shape, o.dtype, prim.name))
     kern = backend.kernel(prim.kind)
@@ -94,9 +104,7 @@ def _schedule_one(d: ArrayData) -> None:
         if not any(b is r for r in reads):
             reads.append(b)
     stream.encoder.encode(prim.name, fn, reads, out_bufs)
-    if donor is not None:
-        donor.buffer = None  # ownership moved to the output
-    _finish(outs, out_bufs, ins)
+    return out_bufs
 
 
 def _finish(outs, bufs, ins) -> None:

@@ -10,7 +10,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData, Primitive
 from ..streams import resolve_stream
-from .primitives import Constant, Copy
+from .primitives import AsType, Constant, Copy
 
 Shape = tuple
 
@@ -26,6 +26,13 @@ def to_stream(d: ArrayData, st, op: str) -> ArrayData:
     return ArrayData(d.shape, d.dtype, st, Copy(f"{op}.to_{st.device.type}"), (d,))
 
 
+def cast(d: ArrayData, dtype: np.dtype, st) -> ArrayData:
+    """d converted to dtype (d itself when it already has it)."""
+    if d.dtype == dtype:
+        return d
+    return ArrayData(d.shape, dtype, st, AsType(dtype), (d,))
+
+
 def constant(value: Any, st, dtype: np.dtype | None = None, op: str = "array") -> ArrayData:
     """Host data (list, scalar, numpy array) as a new value on st's device. Always copies."""
     try:
@@ -33,24 +40,27 @@ def constant(value: Any, st, dtype: np.dtype | None = None, op: str = "array") -
     except (TypeError, ValueError, OverflowError) as e:
         raise type(e)(f"{op}: cannot convert {type(value).__name__} to an array: {e}") from None
     if dtype is None:
-        host = host.astype(_default_dtype(host), copy=False)
+        host = host.astype(_default_dtype(host, op), copy=False)
     else:
         host = host.astype(dtype, copy=False)
     return ArrayData(host.shape, host.dtype, st, Constant(host, op))
 
 
-def _default_dtype(host: np.ndarray) -> np.dtype:
-    if host.dtype.kind == "f":
-        return host.dtype if host.dtype in dt.FLOAT_DTYPES else dt.float64
-    if host.dtype.kind in "iub":
-        try:
-            return dt.dtype(host.dtype)
-        except TypeError:
-            return dt.int64 if host.dtype.kind == "i" else dt.dtype(host.dtype.name if host.dtype.itemsize == 1 else "int64")
-    try:
-        return dt.dtype(host.dtype)
-    except TypeError:
-        raise TypeError(f"array: unsupported element type {host.dtype} (laneflow supports {', '.join(map(str, dt.DTYPES))})") from None
+def _default_dtype(host: np.ndarray, op: str) -> np.dtype:
+    """The laneflow dtype of host data: its own, or the nearest wider one laneflow has (documented in
+    laneflow/dtypes.py: int16 and uint16 become int32, uint64 int64; other floats float64)."""
+    d = host.dtype
+    if d in dt.DTYPES:
+        return d
+    if d.kind == "f":
+        return dt.float64
+    wider = dt.wider(d)
+    if wider is not None:
+        if d.kind == "u" and host.size and int(host.max()) > np.iinfo(wider).max:
+            raise OverflowError(f"{op}: value {int(host.max())} of a {d} array does not fit {wider}, the widest "
+                                "integer laneflow has")
+        return wider
+    raise TypeError(f"{op}: unsupported element type {d} (laneflow supports {', '.join(map(str, dt.DTYPES))})")
 
 
 def operand(x: Any, st, op: str) -> ArrayData:

@@ -122,14 +122,17 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, de
     if step == 0:
         raise ValueError("arange: step must not be zero")
     n = max(0, math.ceil((stop - start) / step))
-    to = _dtype(dtype, "arange") or dt.dtype(np.arange(start, start + step, step).dtype if n else
-                                              np.result_type(start, stop, step))
+    # numpy's rule: each bound as an array (Python ints int64, floats float64), then promoted.
+    to = _dtype(dtype, "arange") or dt.dtype(np.result_type(*(np.asarray(v) for v in (start, stop, step))))
     return node(Arange(start, step), (), (n,), to, st)
 
 
 def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None,
              device: Any = None, *, stream: Any = None) -> Array:
-    """``num`` evenly spaced values from start to stop (float64 by default, as numpy)."""
+    """``num`` evenly spaced values from start to stop (float64 by default, as numpy).
+
+    With an integer ``dtype`` the values round towards -inf, as in numpy >= 2.
+    """
     st = _stream(device, stream, "linspace")
     if not isinstance(num, (int, np.integer)) or isinstance(num, bool) or num < 0:
         raise ValueError(f"linspace: num must be a non-negative int, got {num!r}")

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import describe, node, operand, stream_of
+from .core import cast, describe, node, operand, stream_of
 from .primitives import Elementwise, Scalar
 
 _PY_SCALARS = (bool, int, float)
@@ -55,6 +55,10 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
         shape = np.broadcast_shapes(*(d.shape for d in datas))
     except ValueError:
         raise ValueError(f"{name}: shapes {', '.join(str(d.shape) for d in datas)} cannot be broadcast together") from None
+    if result is None:
+        common = dt.operand_dtype([d.dtype for d in datas])
+        if common is not None:  # e.g. int8 with uint8: computed in int32, which laneflow has (numpy: int16)
+            datas = [cast(d, common, st) for d in datas]
     dtype = result if result is not None else _infer(name, infer_with or getattr(np, fn or name), infer, datas)
     if dtype.kind in "iu":
         for o in operands:

@@ -110,7 +110,7 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
     else:
         try:
             host = np.asarray(value)
-            if host.dtype.kind in "OSUV":
+            if not (host.dtype.kind in "biuf" or host.dtype == dt.bfloat16):  # strings, objects, complex
                 raise TypeError(f"unsupported element type {host.dtype}")
             with np.errstate(all="ignore"):
                 host = np.array(value, dtype=d.dtype) if np.ndim(value) == 0 else host.astype(d.dtype)

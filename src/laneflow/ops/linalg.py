@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import describe, node, operand, stream_of
+from .core import cast, describe, node, operand, stream_of
 from .primitives import Matmul
 
 
@@ -36,4 +36,7 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
         dtype = dt.result_type(x.dtype, y.dtype)
     except (TypeError, np.exceptions.DTypePromotionError) as e:
         raise TypeError(f"matmul: no common dtype for {describe(x, y)} ({e})") from None
+    common = dt.operand_dtype([x.dtype, y.dtype])
+    if common is not None:  # int8 with uint8: multiply and accumulate in int32 (numpy: int16)
+        x, y = cast(x, common, st), cast(y, common, st)
     return node(Matmul(), (x, y), shape, dtype, st)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
     st = stream_of(stream, name)
     d = operand(x, st, name)
     axes = normalize_axes(axis, len(d.shape), name)
-    if name in ("max", "min") and any(d.shape[a] == 0 for a in axes):
+    if name in ("max", "min") and builtins.any(d.shape[a] == 0 for a in axes):  # this module shadows any()
         raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
         raise ValueError(f"{name}: ddof must be a non-negative int, got {ddof!r}")

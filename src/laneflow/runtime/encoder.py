@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from . import tracing
 from .buffer import Buffer
 from .lane import Command, Lane, Point
 from .stats import STATS
@@ -121,6 +122,9 @@ class CommandEncoder:
             b.readers = {}
         stats.commands += 1
         stats.per_lane[lane.name] += 1
+        sink = tracing.active
+        if sink is not None:
+            sink.enqueued(lane, cmd)
         lane.submit(cmd)
         return point
 

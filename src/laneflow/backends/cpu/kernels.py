@@ -33,14 +33,16 @@ UFUNCS = {
 _erf64 = np.frompyfunc(math.erf, 1, 1)
 
 
-def _up(x):
-    """float32 view of half-precision inputs, so special functions are computed accurately."""
-    return x.astype(float32) if getattr(x, "dtype", None) in _HALF else x
+def _compute(x, dtype):
+    """x as floats of the precision a result of ``dtype`` is computed in: float32 for the half types
+    (special functions and accumulations are accurate there), else ``dtype`` itself. Integer and bool
+    inputs are converted first, so nothing wraps around (``-x`` of uint8, ``x - max`` of int8)."""
+    return np.asarray(x).astype(float32 if dtype in _HALF else dtype, copy=False)
 
 
-def _erf(x):
-    x = np.asarray(x)
-    return _erf64(x.astype(float64)).astype(float64 if x.dtype == float64 else float32)
+def _erf(x, dtype):
+    x = _compute(x, dtype)
+    return np.asarray(_erf64(x.astype(float64)), dtype=float64).astype(x.dtype, copy=False)
 
 
 def _where(dtype, c, a, b):
@@ -51,9 +53,9 @@ def _where(dtype, c, a, b):
 
 # Functions numpy has no ufunc for: ``f(out_dtype, *args)`` returns the result (cast into the output).
 SPECIAL = {
-    "rsqrt": lambda dtype, x: 1.0 / np.sqrt(_up(x)),
-    "sigmoid": lambda dtype, x: 1.0 / (1.0 + np.exp(-_up(x))),
-    "erf": lambda dtype, x: _erf(x),
+    "rsqrt": lambda dtype, x: 1.0 / np.sqrt(_compute(x, dtype)),
+    "sigmoid": lambda dtype, x: 1.0 / (1.0 + np.exp(-_compute(x, dtype))),
+    "erf": lambda dtype, x: _erf(x, dtype),
     "where": _where,
 }
 
@@ -74,18 +76,39 @@ def astype(lane, prim, ins, outs):
         np.copyto(outs[0], ins[0], casting="unsafe")
 
 
-_REDUCERS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
-             "all": np.all, "mean": np.mean, "var": np.var, "std": np.std}
+_REDUCERS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any, "all": np.all}
+
+
+def _accumulator(dtype):
+    return float32 if dtype in _HALF else dtype
+
+
+def _moments(name, x, axes, ddof, acc):
+    """mean, var or std over axes (kept as size-1 dims) in the accumulator dtype, numpy's two-pass way.
+    Empty slices give NaN (0/0) and ddof >= n gives inf or NaN, as in numpy, without warnings."""
+    n = math.prod(x.shape[a] for a in axes)
+    x = x.astype(acc, copy=False)
+    mean = np.sum(x, axis=axes, keepdims=True) / n
+    if name == "mean":
+        return mean
+    d = x - mean
+    var = np.sum(d * d, axis=axes, keepdims=True) / max(n - ddof, 0)
+    return var if name == "var" else np.sqrt(var)
 
 
 def reduce(lane, prim, ins, outs):
-    x = ins[0]
-    if x.dtype in _HALF and prim.name in ("sum", "prod", "mean", "var", "std"):
-        x = x.astype(float32)
-    kw = {"ddof": prim.ddof} if prim.name in ("var", "std") else {}
+    x, out = ins[0], outs[0]
+    name, axes = prim.name, prim.axes
     with np.errstate(all="ignore"):
-        r = _REDUCERS[prim.name](x, axis=prim.axes, keepdims=prim.keepdims, **kw)
-        np.copyto(outs[0], r, casting="unsafe")
+        if name in ("mean", "var", "std"):
+            r = _moments(name, x, axes, prim.ddof, _accumulator(out.dtype))
+            if not prim.keepdims:
+                r = r.reshape(out.shape)
+        elif name in ("sum", "prod"):
+            r = _REDUCERS[name](x, axis=axes, keepdims=prim.keepdims, dtype=_accumulator(out.dtype))
+        else:
+            r = _REDUCERS[name](x, axis=axes, keepdims=prim.keepdims)
+        np.copyto(out, r, casting="unsafe")
 
 
 def argreduce(lane, prim, ins, outs):
@@ -94,16 +117,16 @@ def argreduce(lane, prim, ins, outs):
 
 
 def softmax(lane, prim, ins, outs):
-    x = _up(ins[0])
+    x = _compute(ins[0], outs[0].dtype)
     with np.errstate(all="ignore"):
-        e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True))
+        e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf))  # initial: empty axes
         np.copyto(outs[0], e / np.sum(e, axis=prim.axes, keepdims=True), casting="unsafe")
 
 
 def logsumexp(lane, prim, ins, outs):
-    x = _up(ins[0])
+    x = _compute(ins[0], outs[0].dtype)
     with np.errstate(all="ignore"):
-        m = np.max(x, axis=prim.axes, keepdims=True)
+        m = np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf)  # over an empty axis: log(0) = -inf
         m = np.where(np.isfinite(m), m, 0)
         r = np.log(np.sum(np.exp(x - m), axis=prim.axes, keepdims=True)) + m
         if not prim.keepdims:
@@ -112,10 +135,10 @@ def logsumexp(lane, prim, ins, outs):
 
 
 def matmul(lane, prim, ins, outs):
-    a, b = ins
-    if a.dtype in _HALF or b.dtype in _HALF:
-        a, b = a.astype(float32), b.astype(float32)
-    np.copyto(outs[0], np.matmul(a, b), casting="unsafe")
+    out = outs[0]
+    acc = _accumulator(out.dtype)  # the result dtype; float32 for the half types
+    a, b = (x.astype(acc, copy=False) for x in ins)
+    np.copyto(out, np.matmul(a, b), casting="unsafe")
 
 
 def reshape(lane, prim, ins, outs):
@@ -168,7 +191,10 @@ def arange(lane, prim, ins, outs):
 
 def linspace(lane, prim, ins, outs):
     out = outs[0]
-    np.copyto(out, np.linspace(prim.start, prim.stop, out.shape[0], endpoint=prim.endpoint), casting="unsafe")
+    y = np.linspace(prim.start, prim.stop, out.shape[0], endpoint=prim.endpoint)
+    if out.dtype.kind in "iu":
+        np.floor(y, out=y)  # integer results round towards -inf, as in numpy >= 2
+    np.copyto(out, y, casting="unsafe")
 
 
 def eye(lane, prim, ins, outs):
@@ -176,13 +202,29 @@ def eye(lane, prim, ins, outs):
     np.copyto(out, np.eye(out.shape[0], out.shape[1], prim.k), casting="unsafe")
 
 
+_SIGNIFICAND_BITS = {float64: 53, float32: 24, float16: 11, bfloat16: 8}
+
+
+def _inside(dtype, low: float, high: float) -> tuple:
+    """The smallest value of dtype >= low and the largest < high (just low when the range is empty)."""
+    lo, hi = np.array(low, dtype), np.array(high, dtype)
+    if float(lo) < low:
+        lo = np.nextafter(lo, np.array(np.inf, dtype))
+    if float(hi) >= high:
+        hi = np.nextafter(hi, np.array(-np.inf, dtype))
+    return lo, max(hi, lo)
+
+
 def random(lane, prim, ins, outs):
     out = outs[0]
     k0, k1 = (int(v) for v in ins[0])
-    wide = float64 if out.dtype == float64 else float32
     if prim.dist == "uniform":
-        r = prim.a + (prim.b - prim.a) * philox.uniform01(out.size, k0, k1, wide)
+        u = philox.uniform01(out.size, k0, k1, _SIGNIFICAND_BITS[out.dtype])
+        with np.errstate(all="ignore"):
+            r = (prim.a + (prim.b - prim.a) * u).astype(out.dtype)
+        r = np.clip(r, *_inside(out.dtype, prim.a, prim.b))  # rounding to dtype must not reach high
     else:
+        wide = float64 if out.dtype == float64 else float32
         r = prim.a + prim.b * philox.normal(out.size, k0, k1, wide)
     np.copyto(out, r.reshape(out.shape), casting="unsafe")
 

@@ -10,7 +10,7 @@ import queue
 import threading
 import time
 
-from ...runtime import delays
+from ...runtime import delays, tracing
 from ...runtime.fence import ThreadFence
 from ...runtime.lane import Command, Lane, Point
 
@@ -44,10 +44,17 @@ class ThreadLane(Lane):
                 # Another lane's command (possibly on another backend) must finish first.
                 item.lane.host_wait(item.seq)
                 continue
+            sink = tracing.active
+            if sink is not None:
+                t0 = time.perf_counter()
             hook = delays.current()
             if hook is not None:
                 d = hook()
                 if d > 0:
                     time.sleep(d)
-            item.run(self)
-            fence.signal(item.seq)
+            try:
+                item.run(self)  # catches the command's own errors; see Command.run
+                if sink is not None:
+                    sink.ran(self, item.seq, t0, time.perf_counter())
+            finally:
+                fence.signal(item.seq)  # never leave waiters hanging, whatever happened

@@ -33,13 +33,19 @@ def philox(n: int, k0: int, k1: int, tag: int = 0, start: int = 0) -> tuple[np.n
     return tuple(c.astype(np.uint32) for c in (c0, c1, c2, c3))
 
 
-def uniform01(n: int, k0: int, k1: int, dtype: np.dtype) -> np.ndarray:
-    """Uniform floats in [0, 1): 24 random bits for float32 and smaller, 53 for float64."""
+def uniform01(n: int, k0: int, k1: int, bits: int) -> np.ndarray:
+    """Uniform floats ``k * 2**-bits`` (0 <= k < 2**bits) in [0, 1), as float64.
+
+    ``bits`` is the significand width of the result dtype (53 float64, 24 float32, 11 float16,
+    8 bfloat16): every value is then exact in that dtype, so none rounds up to 1. k takes the top
+    bits of word 0 (and, past 32 bits, of word 1).
+    """
     w = philox(n, k0, k1)
-    if dtype == np.float64:
-        bits = (w[0].astype(np.uint64) << np.uint64(21)) ^ (w[1].astype(np.uint64) >> np.uint64(11))
-        return bits.astype(np.float64) * (1.0 / 9007199254740992.0)
-    return (w[0] >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    if bits > 32:
+        k = (w[0].astype(np.uint64) << np.uint64(bits - 32)) ^ (w[1].astype(np.uint64) >> np.uint64(64 - bits))
+    else:
+        k = w[0] >> np.uint32(32 - bits)
+    return k.astype(np.float64) * 2.0 ** -bits
 
 
 def normal(n: int, k0: int, k1: int, dtype: np.dtype) -> np.ndarray:

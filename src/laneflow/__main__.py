@@ -1,0 +1,29 @@
+"""``python -m laneflow demo`` and ``python -m laneflow bench <suite>``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .bench import cli as bench_cli
+    from . import demo
+
+    parser = argparse.ArgumentParser(prog="python -m laneflow",
+                                     description="laneflow: independent array work runs at the same time on "
+                                                 "several lanes.")
+    sub = parser.add_subparsers(dest="command", metavar="command")
+    sub.required = True
+    demo.add_parser(sub)
+    bench_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""CUDA lanes: one non-blocking CUDA stream each, with a fence made of pooled CUDA events.
+
+A lane enqueues a command at once (``cmd.run`` launches onto the stream from the host) and records
+an event right after it, so every point ``(lane, seq)`` has an event: another CUDA lane waits on it
+with ``cuStreamWaitEvent`` (on the device, never the host), the host waits with
+``cuEventSynchronize``, and ``fence.value`` polls events oldest first. Events have timing disabled
+and return to a per-device pool once they are known complete. Recording one event per command costs
+one driver call (well under a microsecond of host time); it is what lets any later wait, also one a
+CPU worker makes long after, target exactly that command and nothing after it.
+
+A wait on a point of a CPU lane never spins a kernel: the stream waits on a pinned host word
+(``cuStreamWaitValue64``) that a helper thread sets once the CPU lane has passed the point
+(:mod:`.hostsync`).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from ...errors import LaneflowError
+from ...runtime import delays
+from ...runtime.lane import Command, Lane, Point
+from .driver import NOT_READY, DeviceContext, check, fail
+
+_DISABLE_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
+
+
+class EventPool:
+    """Reusable CUDA events of one device (creating one costs a driver call and memory)."""
+
+    def __init__(self, ctx: DeviceContext):
+        self.ctx = ctx
+        self._free: list = []
+
+    def get(self):
+        try:
+            return self._free.pop()
+        except IndexError:
+            self.ctx.ensure_current()
+            return check(cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
+
+    def put(self, ev) -> None:
+        self._free.append(ev)
+
+
+class EventFence:
+    """A lane's timeline: ``value`` is the last sequence number known to have finished on the GPU."""
+
+    __slots__ = ("ctx", "pool", "_marks", "_done", "_lock", "_syncing", "_spare")
+
+    def __init__(self, ctx: DeviceContext, pool: EventPool):
+        self.ctx = ctx
+        self.pool = pool
+        self._marks: collections.deque = collections.deque()  # (seq, event), oldest first
+        self._done = 0
+        self._lock = threading.Lock()
+        self._syncing = 0
+        self._spare: list = []
+
+    def mark(self, seq: int, stream) -> None:
+        ev = self.pool.get()
+        err, = cu.cuEventRecord(ev, stream)
+        if err:
+            fail(err, "cuEventRecord")
+        with self._lock:
+            self._marks.append((seq, ev))
+
+    def known(self, seq: int) -> bool:
+        """True if seq is already known finished (no driver call)."""
+        return self._done >= seq
+
+    @property
+    def value(self) -> int:
+        with self._lock:
+            marks = self._marks
+            while marks:
+                seq, ev = marks[0]
+                err, = cu.cuEventQuery(ev)
+                if err == NOT_READY:
+                    break
+                if err:
+                    fail(err, "cuEventQuery")
+                marks.popleft()
+                self._done = seq
+                self._recycle(ev)
+            return self._done
+
+    def signal(self, value: int) -> None:
+        raise LaneflowError("a CUDA lane's fence is signalled by the GPU, not by the host")
+
+    def event_for(self, seq: int):
+        """The event recorded right after command seq (None when it is known finished)."""
+        with self._lock:
+            if self._done >= seq:
+                return None
+            for s, ev in self._marks:
+                if s >= seq:
+                    return ev
+        return None
+
+    def wait(self, value: int, timeout: float | None = None) -> bool:
+        if self._done >= value:
+            return True
+        with self._lock:
+            target = None
+            for s, ev in self._marks:
+                if s >= value:
+                    target = (s, ev)
+                    break
+            if target is None:
+                return self._done >= value
+            self._syncing += 1
+        try:
+            s, ev = target
+            self.ctx.ensure_current()
+            if timeout is None:
+                check(cu.cuEventSynchronize(ev), "cuEventSynchronize")
+            else:
+                deadline = time.monotonic() + timeout
+                pause = 20e-6
+                while True:
+                    err, = cu.cuEventQuery(ev)
+                    if err != NOT_READY:
+                        if err:
+                            fail(err, "cuEventQuery")
+                        break
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(pause)
+                    pause = min(pause * 2, 1e-3)
+        finally:
+            with self._lock:
+                self._syncing -= 1
+                if self._syncing == 0 and self._spare:
+                    for e in self._spare:
+                        self.pool.put(e)
+                    self._spare.clear()
+        with self._lock:
+            marks = self._marks
+            while marks and marks[0][0] <= s:
+                _, e = marks.popleft()
+                self._recycle(e)
+            if s > self._done:
+                self._done = s
+        return True
+
+    def _recycle(self, ev) -> None:
+        # An event another thread is synchronising on must not be re-recorded under it.
+        if self._syncing:
+            self._spare.append(ev)
+        else:
+            self.pool.put(ev)
+
+    def __repr__(self) -> str:
+        return f"EventFence(done={self._done}, marked={len(self._marks)})"
+
+
+class CudaLane(Lane):
+    """A lane on its own non-blocking CUDA stream."""
+
+    def __init__(self, ctx: DeviceContext, device, stream_id: int, index: int):
+        super().__init__(device, stream_id, index)
+        ctx.ensure_current()
+        self.ctx = ctx
+        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
+        self.handle = int(self.stream)  # for library calls that take a raw stream
+        self.fence = EventFence(ctx, ctx.events)
+        self.closed = False
+        self.workspace = None  # (ptr, bytes) of this lane's cuBLASLt workspace
+
+    def _enqueue(self, cmd: Command) -> None:
+        ctx = self.ctx
+        ctx.ensure_current()
+        mem = ctx.memory
+        if mem.pending or mem.waiting or mem.retired:
+            mem.collect()
+        hook = delays.current()
+        if hook is not None:
+            d = hook()
+            if d > 0:
+                from .kernels.misc import gpu_sleep
+
+                gpu_sleep(self, d)
+        try:
+            for b in cmd.writes:
+                h = b.data
+                h.host = None
+                if h.ptr == 0 and h.nbytes:
+                    mem.allocate(h, self, cmd.op)
+            for b in cmd.reads:
+                # Host memory a CPU lane is still writing: a copy must not read it before that ends.
+                w = b.writer
+                if w is not None and type(b.data) is np.ndarray and not isinstance(w.lane, CudaLane):
+                    w.lane.host_wait(w.seq)
+        except LaneflowError as e:
+            for b in cmd.writes:
+                b.error = e
+        else:
+            cmd.run(self)
+        self.fence.mark(cmd.seq, self.stream)
+
+    def _enqueue_wait(self, point: Point) -> None:
+        other = point.lane
+        if isinstance(other, CudaLane):
+            ev = other.fence.event_for(point.seq)
+            if ev is not None:
+                err, = cu.cuStreamWaitEvent(self.stream, ev, 0)
+                if err:
+                    fail(err, "cuStreamWaitEvent")
+        elif other.fence.value < point.seq:
+            self.ctx.host_waits.gpu_wait(self.stream, point)
+
+    def close(self) -> None:
+        # Called from Stream.close or GC: the stream is destroyed at the next safe point.
+        if not self.closed:
+            self.ctx.memory.retired.append(self)
+
+    def destroy(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.ctx.ensure_current()
+            if self.workspace is not None:
+                self.ctx.memory.raw_free(self.workspace[0], self.stream)
+                self.workspace = None
+            check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")  # returns at once; work still runs

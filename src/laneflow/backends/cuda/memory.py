@@ -1,0 +1,204 @@
+"""Device memory: stream-ordered allocation from a laneflow-owned CUDA memory pool.
+
+A buffer's memory is allocated when its first writer is enqueued, on that writer's lane
+(``cuMemAllocFromPoolAsync``), so it is valid in stream order there and, through the encoder's
+waits, everywhere it is read. When the :class:`~laneflow.runtime.buffer.Buffer` dies, its release
+is queued (that may happen on any thread, inside the garbage collector) and done at the next safe
+point under the device lock: ``cuMemFreeAsync`` on the one lane that still uses it, or on a
+private free stream that first waits for every lane that touched the buffer. A free that depends
+on a CPU lane waits (without blocking anyone) until that lane has passed its last use. The pool
+reuses freed memory only in stream order or once the free has completed, so a buffer is never
+reused before every lane that touched it has passed its last use.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from ...errors import OutOfMemoryError
+from .driver import OUT_OF_MEMORY, CudaError, DeviceContext, check
+
+
+class DeviceArray:
+    """The handle a CUDA buffer's ``data`` holds: a device pointer with shape and dtype.
+
+    ``ptr`` is 0 until the first writer runs (and for empty arrays). ``host`` caches a host copy
+    of the contents (constants keep their source data, host reads keep what they fetched); any
+    write clears it.
+    """
+
+    __slots__ = ("ctx", "ptr", "shape", "dtype", "size", "nbytes", "host")
+
+    def __init__(self, ctx: DeviceContext, shape: tuple, dtype: np.dtype):
+        self.ctx = ctx
+        self.ptr = 0
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        n = 1
+        for s in self.shape:
+            n *= s
+        self.size = n
+        self.nbytes = n * dtype.itemsize
+        self.host = None
+
+    def copy_to_host(self, out: np.ndarray) -> None:
+        """Copy the contents into a host array (whose writer has finished). Used by CPU lanes."""
+        if out.nbytes != self.nbytes:
+            raise ValueError(f"copy_to_host: {out.nbytes} bytes into {self.nbytes}")
+        if self.host is not None:
+            np.copyto(out, self.host.reshape(out.shape), casting="no")
+            return
+        if self.nbytes == 0:
+            return
+        self.ctx.ensure_current()
+        check(cu.cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "copy to host (cuMemcpyDtoH)")
+
+    def __repr__(self) -> str:
+        return f"<DeviceArray gpu:{self.ctx.index} {self.shape} {self.dtype} ptr={self.ptr:#x}>"
+
+
+class Memory:
+    """The device's pool, the queue of pending frees, and OOM handling."""
+
+    def __init__(self, ctx: DeviceContext):
+        self.ctx = ctx
+        self.pool = self._create_pool()
+        self.pending: collections.deque = collections.deque()
+        self.waiting: list = []  # frees that wait for a CPU lane
+        self.retired: collections.deque = collections.deque()  # closed lanes whose streams to destroy
+        self.free_stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
+                                 "cuStreamCreate (free stream)")
+
+    def _create_pool(self) -> Any:
+        ctx = self.ctx
+        props = cu.CUmemPoolProps()
+        props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = ctx.index
+        err, pool = cu.cuMemPoolCreate(props)
+        if err:
+            pool = check(cu.cuDeviceGetDefaultMemPool(ctx.device), "cuDeviceGetDefaultMemPool")
+        a = cu.CUmemPool_attribute
+        # Keep freed memory in the pool (no release to the OS at every synchronize).
+        _try(cu.cuMemPoolSetAttribute, pool, a.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, cu.cuuint64_t(2**64 - 1))
+        # Never let the driver add hidden dependencies between lanes to reuse memory.
+        _try(cu.cuMemPoolSetAttribute, pool, a.CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 0)
+        return pool
+
+    # -- allocation -------------------------------------------------------------------------------
+    def allocate(self, h: DeviceArray, lane: Any, op: str) -> None:
+        """Give ``h`` memory, stream-ordered on ``lane``. Raises OutOfMemoryError after one retry."""
+        h.ptr = self.raw_alloc(h.nbytes, lane.stream, op)
+
+    def raw_alloc(self, nbytes: int, stream: Any, op: str) -> int:
+        err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, self.pool, stream)
+        if err:
+            if err != OUT_OF_MEMORY:
+                raise CudaError(f"{op}: allocating {nbytes} bytes", err)
+            # Frees may still be queued or in flight: finish them and try once more.
+            self.collect()
+            self.ctx.synchronize()
+            self.collect()
+            self.ctx.synchronize()
+            err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, self.pool, stream)
+            if err:
+                raise OutOfMemoryError(op, nbytes, self.free_bytes(), f"gpu:{self.ctx.index}")
+        return int(ptr)
+
+    def raw_free(self, ptr: int, stream: Any) -> None:
+        check(cu.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
+
+    def free_bytes(self) -> int | None:
+        free = self.ctx.free_bytes()
+        if free is None:
+            return None
+        try:
+            a = cu.CUmemPool_attribute
+            reserved = int(check(cu.cuMemPoolGetAttribute(self.pool, a.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), "pool"))
+            used = int(check(cu.cuMemPoolGetAttribute(self.pool, a.CU_MEMPOOL_ATTR_USED_MEM_CURRENT), "pool"))
+            return free + max(0, reserved - used)
+        except Exception:  # noqa: BLE001 - only for messages
+            return free
+
+    def stats(self) -> dict:
+        """Pool figures after processing queued frees: used, reserved and their high-water marks."""
+        with self.ctx.lock:
+            self.ctx.ensure_current()
+            self.collect()
+        a = cu.CUmemPool_attribute
+        out = {}
+        for key, attr in (("used", a.CU_MEMPOOL_ATTR_USED_MEM_CURRENT), ("reserved", a.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+                          ("used_high", a.CU_MEMPOOL_ATTR_USED_MEM_HIGH),
+                          ("reserved_high", a.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)):
+            out[key] = int(check(cu.cuMemPoolGetAttribute(self.pool, attr), "cuMemPoolGetAttribute"))
+        out["pending_frees"] = len(self.pending) + len(self.waiting)
+        return out
+
+    # -- release ----------------------------------------------------------------------------------
+    def release(self, buf: Any) -> None:
+        """Buffer death (any thread, maybe inside GC): queue the free for the next safe point."""
+        h = buf.data
+        if h.ptr:
+            self.pending.append((h.ptr, buf.writer, tuple(buf.readers.values())))
+            h.ptr = 0
+
+    def collect(self) -> None:
+        """Free what died since the last call. Caller holds no lane state; runs under ctx.lock."""
+        with self.ctx.lock:
+            while self.retired:
+                lane = self.retired.popleft()
+                lane.destroy()
+            if self.waiting:
+                still = []
+                for item in self.waiting:
+                    if not self._free(*item):
+                        still.append(item)
+                self.waiting = still
+            pending = self.pending
+            while pending:
+                item = pending.popleft()
+                if not self._free(*item):
+                    self.waiting.append(item)
+
+    def _free(self, ptr: int, writer: Any, readers: tuple) -> bool:
+        """Enqueue the free of ptr after its last uses; False when a CPU lane still uses it."""
+        from .lanes import CudaLane
+
+        busy = []
+        for p in (writer, *readers):
+            if p is None:
+                continue
+            lane = p.lane
+            if isinstance(lane, CudaLane):
+                if not lane.fence.known(p.seq):
+                    busy.append(p)
+            elif lane.fence.value < p.seq:
+                return False  # a CPU lane still reads or writes it: try again later
+        if not busy:
+            lane = writer.lane if writer is not None else None
+            stream = lane.stream if isinstance(lane, CudaLane) and not lane.closed else self.free_stream
+            self.raw_free(ptr, stream)
+            return True
+        lanes = {p.lane for p in busy}
+        if len(lanes) == 1:
+            (lane,) = lanes
+            if not lane.closed:
+                self.raw_free(ptr, lane.stream)  # after everything already enqueued there
+                return True
+        for p in busy:
+            ev = p.lane.fence.event_for(p.seq)
+            if ev is not None:
+                check(cu.cuStreamWaitEvent(self.free_stream, ev, 0), "cuStreamWaitEvent (free)")
+        self.raw_free(ptr, self.free_stream)
+        return True
+
+
+def _try(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - a pool attribute this driver lacks is not fatal
+        pass

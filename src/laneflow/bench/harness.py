@@ -1,0 +1,280 @@
+"""The benchmark harness: cases, implementations, timing, result records and the suite registry.
+
+A *suite* builds :class:`Case` objects (numpy inputs, a numpy reference, the byte and FLOP counts)
+and, for each, a list of :class:`Impl` (laneflow's modes and every importable peer). The harness
+times each impl (median and spread over repeats), checks its output against the reference and
+returns :class:`Result` records. Nothing is estimated: every figure comes from the run.
+
+Timing: by default the host clock around ``run()`` and ``sync()``. An impl may carry a device-event
+:class:`Timer` instead (PyTorch and CuPy do on the GPU). laneflow's GPU backend can supply one by
+defining ``event_timer(stream) -> Timer`` on its backend class; :func:`laneflow_timer` picks it up.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+
+class Timer(Protocol):
+    """Device-event timing: ``start()`` before the timed runs, ``stop()`` after; returns seconds."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> float: ...
+
+
+@dataclass
+class Case:
+    """One workload at one size: inputs, the numpy reference and its cost floor."""
+
+    suite: str
+    name: str
+    inputs: dict[str, np.ndarray]
+    reference: Any  # np.ndarray or a list of them (compared pairwise)
+    bytes: int = 0  # bytes a perfect implementation must move
+    flops: int = 0
+    dtype: Any = np.float32
+    items: int = 1  # units of work per run (ops in a chain, hops between streams)
+    item_name: str = ""
+    rtol: float | None = None  # tolerance relative to max |reference|; default from dtype
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def tolerance_scale(self) -> float:
+        if self.rtol is not None:
+            return self.rtol
+        kind = np.dtype(self.dtype)
+        # bf16/fp16 keep 8-11 mantissa bits; fp32 matmuls may use TF32 on GPUs (JAX's default).
+        return 5e-2 if kind.itemsize <= 2 else 5e-3
+
+
+@dataclass
+class Impl:
+    """One way to run a case. ``run()`` does one full run and returns its output (handles of the
+    framework); ``to_host`` turns that output into numpy (an array or a list of arrays)."""
+
+    name: str
+    run: Callable[[], Any]
+    to_host: Callable[[Any], Any] = np.asarray
+    lanes: int | None = None
+    sync: Callable[[], None] = lambda: None
+    timer: Timer | None = None
+    note: str = ""
+    close: Callable[[], None] = lambda: None
+    extra: dict[str, Any] = field(default_factory=dict)  # copied into the result (set during runs too)
+    check: bool = True  # False: the output is not the case's result (e.g. a cost probe)
+
+
+@dataclass
+class Spread:
+    """Summary of per-run times in seconds."""
+
+    median: float
+    p25: float
+    p75: float
+    min: float
+    max: float
+    n: int
+
+    @classmethod
+    def of(cls, times: Sequence[float]) -> "Spread":
+        if not times:
+            raise ValueError("Spread.of: no times")
+        xs = sorted(times)
+        if len(xs) >= 2:
+            q = statistics.quantiles(xs, n=4, method="inclusive")
+            p25, p75 = q[0], q[2]
+        else:
+            p25 = p75 = xs[0]
+        return cls(statistics.median(xs), p25, p75, xs[0], xs[-1], len(xs))
+
+    @property
+    def rel_iqr(self) -> float:
+        """Interquartile range relative to the median (0.05 = +-2.5 %)."""
+        return (self.p75 - self.p25) / self.median if self.median > 0 else 0.0
+
+
+@dataclass
+class Result:
+    suite: str
+    workload: str
+    impl: str
+    lanes: int | None = None
+    times: list[float] = field(default_factory=list)  # seconds per run
+    items: int = 1
+    item_name: str = ""
+    bytes: int = 0
+    flops: int = 0
+    floor_bytes_s: float | None = None
+    floor_flops_s: float | None = None
+    max_abs_diff: float | None = None
+    rtol: float | None = None  # allowed |diff| relative to max |reference| (per output)
+    matches: bool | None = None  # None: not checked
+    timer: str = "host"
+    skipped: str | None = None
+    error: str | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spread(self) -> Spread | None:
+        return Spread.of(self.times) if self.times else None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.times) if self.times else None
+
+    @property
+    def floor_s(self) -> float | None:
+        fs = [f for f in (self.floor_bytes_s, self.floor_flops_s) if f is not None]
+        return max(fs) if fs else None
+
+    @property
+    def ok(self) -> bool:
+        """Ran and matched the reference (a skipped result is not a failure)."""
+        return self.error is None and self.matches is not False
+
+    @property
+    def status(self) -> str:
+        if self.skipped is not None:
+            return "skipped"
+        if self.error is not None:
+            return "error"
+        return "ok" if self.ok else "mismatch"
+
+    def to_json(self) -> dict[str, Any]:
+        sp = self.spread
+        us = lambda s: None if s is None else round(s * 1e6, 3)  # noqa: E731
+        return {
+            "suite": self.suite, "workload": self.workload, "impl": self.impl, "lanes": self.lanes,
+            "status": self.status, "timer": self.timer,
+            "median_us": us(sp.median) if sp else None,
+            "spread_us": None if sp is None else {"p25": us(sp.p25), "p75": us(sp.p75), "min": us(sp.min),
+                                                  "max": us(sp.max)},
+            "repeats": sp.n if sp else 0,
+            "times_us": [us(t) for t in self.times],
+            "items": self.items, "item_name": self.item_name,
+            "per_item_us": us(sp.median / self.items) if sp and self.items > 1 else None,
+            "bytes": self.bytes, "flops": self.flops,
+            "floor_us": us(self.floor_s), "floor_bytes_us": us(self.floor_bytes_s),
+            "floor_flops_us": us(self.floor_flops_s),
+            "fraction_of_floor": (round(self.floor_s / sp.median, 4) if sp and self.floor_s and sp.median > 0
+                                  else None),
+            "max_abs_diff": self.max_abs_diff, "rtol": self.rtol, "matches": self.matches,
+            "skipped": self.skipped, "error": self.error, "note": self.note, "extra": self.extra,
+        }
+
+
+# -- timing -------------------------------------------------------------------------------------
+
+def measure(impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0) -> tuple[list[float], Any]:
+    """Per-run seconds over ``repeat`` samples, and the last run's output.
+
+    Each sample runs the workload ``inner`` times (chosen so a sample lasts ``min_sample_s``, at
+    least once) and records the mean, so microsecond workloads are not lost in timer resolution.
+    """
+    out = None
+    for _ in range(max(warmup, 1)):
+        out = impl.run()
+        impl.sync()
+    inner = 1
+    if min_sample_s > 0:
+        t = time.perf_counter()
+        out = impl.run()
+        impl.sync()
+        one = time.perf_counter() - t
+        inner = max(1, min(1000, math.ceil(min_sample_s / max(one, 1e-9))))
+    times = []
+    for _ in range(repeat):
+        if impl.timer is not None:
+            impl.timer.start()
+            for _ in range(inner):
+                out = impl.run()
+            dt = impl.timer.stop()
+        else:
+            impl.sync()
+            t = time.perf_counter()
+            for _ in range(inner):
+                out = impl.run()
+            impl.sync()
+            dt = time.perf_counter() - t
+        times.append(dt / inner)
+    return times, out
+
+
+def compare(got: Any, ref: Any) -> list[tuple[float, float]]:
+    """(max |got - ref|, max |ref|) per output; ``ref`` may be a list of outputs."""
+    if isinstance(ref, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(ref):
+            raise ValueError(f"expected {len(ref)} outputs, got {type(got).__name__}")
+        return [p for g, r in zip(got, ref) for p in compare(g, r)]
+    g = np.asarray(got, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    if g.shape != r.shape:
+        raise ValueError(f"output shape {g.shape} != reference shape {r.shape}")
+    if r.size == 0:
+        return [(0.0, 0.0)]
+    return [(float(np.max(np.abs(g - r))), float(np.max(np.abs(r))))]
+
+
+def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
+             floors: Any = None) -> Result:
+    """Time one impl on one case and check its output. Exceptions become the result's ``error``."""
+    res = Result(case.suite, case.name, impl.name, lanes=impl.lanes, items=case.items, item_name=case.item_name,
+                 bytes=case.bytes, flops=case.flops, note=impl.note,
+                 timer="device events" if impl.timer is not None else "host")
+    if floors is not None:
+        res.floor_bytes_s, res.floor_flops_s = floors.floor(case)
+    try:
+        res.times, out = measure(impl, repeat, warmup, min_sample_s)
+        if impl.check:
+            pairs = compare(impl.to_host(out), case.reference)
+            res.rtol = case.tolerance_scale()
+            res.max_abs_diff = max(d for d, _ in pairs)
+            res.matches = all(d <= res.rtol * s for d, s in pairs)
+        res.extra.update(impl.extra)
+    except Exception as e:  # noqa: BLE001 - one broken impl must not stop the suite
+        res.error = f"{type(e).__name__}: {e}"[:300]
+    finally:
+        try:
+            impl.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return res
+
+
+def skipped(case: Case, impl: str, reason: str, lanes: int | None = None) -> Result:
+    return Result(case.suite, case.name, impl, lanes=lanes, items=case.items, item_name=case.item_name,
+                  bytes=case.bytes, flops=case.flops, skipped=reason)
+
+
+def laneflow_timer(stream: Any) -> Timer | None:
+    """The backend's device-event timer for ``stream``, when the backend offers one (CUDA, later)."""
+    make = getattr(stream.backend, "event_timer", None)
+    return make(stream) if make is not None else None
+
+
+# -- suites -------------------------------------------------------------------------------------
+
+@dataclass
+class Suite:
+    name: str
+    help: str
+    run: Callable[["Context"], list[Result]]  # noqa: F821 - Context lives in runner.py
+    needs_gpu: bool = False  # at full size; every suite has a --quick size that runs on the CPU
+
+
+SUITES: dict[str, Suite] = {}
+
+
+def suite(name: str, help: str, needs_gpu: bool = False) -> Callable:  # noqa: A002
+    """Register a suite function ``fn(ctx) -> list[Result]`` under ``name``."""
+    def deco(fn: Callable) -> Callable:
+        SUITES[name] = Suite(name, help, fn, needs_gpu)
+        return fn
+    return deco

@@ -1,0 +1,83 @@
+"""laneflow's own rows in every suite: eager on 1 lane, eager on several lanes, compiled.
+
+A suite gives a *program*: a function of laneflow arrays (made from the given numpy inputs) returning
+an array or a list of arrays, written as ordinary sequential code. The same program runs in every
+mode, so differences come from lanes and compilation alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import laneflow as lf
+
+from .harness import Case, Impl, Result, laneflow_timer, skipped
+
+
+def unavailable(device: Any) -> str | None:
+    """Why laneflow cannot run on ``device`` here, or None."""
+    if device.type == "gpu" and not lf.gpu_available():
+        try:
+            lf.new_stream(device)
+        except Exception as e:  # noqa: BLE001 - the message is the reason
+            return f"laneflow GPU backend not usable here ({str(e)[:120]})"
+        return "laneflow GPU backend not usable here"
+    return None
+
+
+def host(out: Any) -> Any:
+    if isinstance(out, (list, tuple)):
+        return [np.asarray(o) for o in out]
+    return np.asarray(out)
+
+
+def stacked(out: Any) -> np.ndarray:
+    return np.stack([np.asarray(o) for o in out])
+
+
+def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
+          to_host: Callable = host, label: str = "laneflow eager", note: str = "") -> Impl:
+    """``program`` evaluated eagerly (one lf.eval per run) on a new stream with ``lanes`` lanes."""
+    stream = lf.new_stream(device, lanes=lanes)
+    args = [lf.array(a, stream=stream) for a in inputs]
+    lf.eval(*args)
+    timer = laneflow_timer(stream)
+
+    def run():
+        with lf.stream(stream):
+            y = program(*args)
+        if timer is None:
+            lf.eval(y)
+        else:
+            lf.async_eval(y)
+        return y
+
+    return Impl(label, run, to_host, lanes=lanes, sync=lambda: stream.synchronize(), timer=timer,
+                note=note, close=stream.close)
+
+
+def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
+             to_host: Callable = host) -> Impl | Result:
+    if not hasattr(lf, "compile"):
+        return skipped(case, "laneflow compiled", "lf.compile not available yet", lanes)
+    return eager(case, device, lf.compile(program), inputs, lanes, to_host=to_host, label="laneflow compiled")
+
+
+def modes(case: Case, device: Any, lanes: int, program: Callable, inputs: Sequence[np.ndarray], *,
+          to_host: Callable = host) -> list[Impl | Result]:
+    """The standard laneflow rows: eager 1 lane, eager ``lanes`` lanes, compiled on ``lanes`` lanes."""
+    why = unavailable(device)
+    if why is not None:
+        return [skipped(case, "laneflow", why)]
+    out: list[Impl | Result] = [eager(case, device, program, inputs, 1, to_host=to_host)]
+    if lanes > 1:
+        out.append(eager(case, device, program, inputs, lanes, to_host=to_host))
+    try:
+        out.append(compiled(case, device, program, inputs, lanes, to_host=to_host))
+    except Exception as e:  # noqa: BLE001 - a compile failure is a result, not a crash
+        r = skipped(case, "laneflow compiled", "")
+        r.skipped, r.error, r.lanes = None, f"{type(e).__name__}: {e}"[:300], lanes
+        out.append(r)
+    return out

@@ -1,0 +1,105 @@
+"""JAX: ``jax.jit`` per call for dispatch, one jitted program for the multi-op workloads (XLA does
+its own scheduling); the einsum/batched form as the fused limit. Host clock around
+``block_until_ready`` (JAX has no user-visible events)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..harness import Impl
+from . import PeerUnavailable, require
+
+
+def _jax():
+    # Without this JAX takes 75 % of GPU memory at import, starving every other row.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    return require("jax", "JAX")
+
+
+def _device(device: Any):
+    jax = _jax()
+    kind = "gpu" if device.type == "gpu" else "cpu"
+    try:
+        devs = jax.devices(kind)
+    except RuntimeError:
+        devs = []
+    if len(devs) <= device.index:
+        raise PeerUnavailable(f"JAX sees no {kind} device {device.index}")
+    return jax, devs[device.index]
+
+
+def check(device: Any) -> None:
+    _device(device)
+
+
+def _setup(case, device):
+    jax, dev = _device(device)
+    args = {k: jax.device_put(v, dev) for k, v in case.inputs.items()}
+    for v in args.values():
+        v.block_until_ready()
+    return jax, args
+
+
+def _impl(jax, name, fn, lanes=None, note="") -> Impl:
+    def run():
+        return jax.block_until_ready(fn())
+    return Impl(f"jax {name}", run, _host, lanes=lanes, note=note)
+
+
+def _host(out: Any) -> Any:
+    if isinstance(out, (list, tuple)):
+        return [_host(o) for o in out]
+    return np.asarray(out)  # bfloat16 comes back as ml_dtypes.bfloat16, which numpy compares fine
+
+
+def dispatch(case, device, lanes):
+    jax, args = _setup(case, device)
+    f = jax.jit(lambda x: x + 1.0)
+    n = case.params["n"]
+
+    def chain():
+        x = args["x"]
+        for _ in range(n):
+            x = f(x)
+        return x
+    return [_impl(jax, "jit per op", chain, lanes=1)]
+
+
+def experts(case, device, lanes):
+    jax, args = _setup(case, device)
+    jnp = jax.numpy
+    X, W = args["x"], args["w"]
+    E = X.shape[0]
+    listed = jax.jit(lambda X, W: jnp.stack([X[i] @ W[i] for i in range(E)]))
+    fused = jax.jit(lambda X, W: jnp.einsum("emk,ekn->emn", X, W))
+    return [_impl(jax, "jit list", lambda: listed(X, W), lanes=1),
+            _impl(jax, "jit einsum (fused)", lambda: fused(X, W), lanes=1)]
+
+
+def branches(case, device, lanes):
+    jax, args = _setup(case, device)
+    jnp = jax.numpy
+    x, W = args["x"], args["w"]
+    B = W.shape[0]
+
+    def prog(x, W):
+        acc = jnp.tanh(x @ W[0])
+        for b in range(1, B):
+            acc = acc + jnp.tanh(x @ W[b])
+        return acc
+    listed = jax.jit(prog)
+    fused = jax.jit(lambda x, W: jnp.tanh(jnp.einsum("mk,bkn->bmn", x, W)).sum(0))
+    return [_impl(jax, "jit", lambda: listed(x, W), lanes=1),
+            _impl(jax, "jit einsum (fused)", lambda: fused(x, W), lanes=1)]
+
+
+def kernels(case, device, lanes):
+    jax, args = _setup(case, device)
+    jnp = jax.numpy
+    rows = case.params["rows"]
+    f = jax.jit(lambda a, b, c: [a * b + c, jnp.exp(a), jnp.sum(b), jax.nn.softmax(c.reshape(rows, -1), axis=-1)])
+    a, b, c = args["a"], args["b"], args["c"]
+    return [_impl(jax, "jit", lambda: f(a, b, c), lanes=1)]

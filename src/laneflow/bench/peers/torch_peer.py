@@ -1,0 +1,258 @@
+"""PyTorch: eager on one stream, hand-written streams, CUDA-graph replay (1 and several streams), and
+the batched kernel as the fused limit. Timed with CUDA events on the GPU."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..harness import Impl
+from ..memory import device_used_bytes
+from . import PeerUnavailable, require
+
+
+def _torch():
+    return require("torch", "PyTorch")
+
+
+def check(device: Any) -> None:
+    torch = _torch()
+    if device.type == "gpu" and not torch.cuda.is_available():
+        raise PeerUnavailable("PyTorch sees no CUDA device")
+
+
+class EventTimer:
+    """CUDA events on the current stream (multi-stream runs join back to it before returning)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def start(self) -> None:
+        self._s = self.torch.cuda.Event(enable_timing=True)
+        self._s.record()
+
+    def stop(self) -> float:
+        e = self.torch.cuda.Event(enable_timing=True)
+        e.record()
+        e.synchronize()
+        return self._s.elapsed_time(e) / 1e3
+
+
+def _setup(device: Any):
+    torch = _torch()
+    dev = "cuda" if device.type == "gpu" else "cpu"
+    gpu = dev == "cuda"
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+
+    def impl(name: str, run, to_host=None, lanes=None, note="") -> Impl:
+        return Impl(f"torch {name}", run, to_host or _host, lanes=lanes, sync=sync,
+                    timer=EventTimer(torch) if gpu else None, note=note)
+
+    return torch, dev, gpu, impl
+
+
+def _tensor(torch, a: np.ndarray, dev: str):
+    if a.dtype.name in ("bfloat16", "float16"):
+        tdt = torch.bfloat16 if a.dtype.name == "bfloat16" else torch.float16
+        return torch.from_numpy(a.astype(np.float32)).to(dev).to(tdt)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+
+
+def _host(out: Any) -> Any:
+    if isinstance(out, (list, tuple)):
+        return [_host(o) for o in out]
+    t = out.detach()
+    if t.dtype.is_floating_point and t.element_size() < 4:
+        t = t.float()
+    return t.cpu().numpy()
+
+
+def _stacked(out: Any) -> np.ndarray:
+    return np.stack(_host(list(out)))
+
+
+def _multi(torch, streams, parts):
+    """Run parts[i]() on streams[i % k], forked from and joined back to the current stream."""
+    cur = torch.cuda.current_stream()
+    for s in streams:
+        s.wait_stream(cur)
+    for i, part in enumerate(parts):
+        with torch.cuda.stream(streams[i % len(streams)]):
+            part()
+    for s in streams:
+        cur.wait_stream(s)
+
+
+def _graph(torch, fn):
+    """Capture fn into a CUDA graph (after a warm-up on a side stream, as PyTorch requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
+def dispatch(case, device, lanes):
+    torch, dev, gpu, impl = _setup(device)
+    x0 = _tensor(torch, case.inputs["x"], dev)
+    n = case.params["n"]
+
+    def run():
+        x = x0
+        for _ in range(n):
+            x = x + 1.0
+        return x
+    return [impl("eager", run, lanes=1)]
+
+
+def experts(case, device, lanes):
+    torch, dev, gpu, impl = _setup(device)
+    X = _tensor(torch, case.inputs["x"], dev)
+    W = _tensor(torch, case.inputs["w"], dev)
+    E = X.shape[0]
+    xs, ws = list(X.unbind(0)), list(W.unbind(0))
+    ys = [torch.empty(X.shape[1], W.shape[2], device=dev, dtype=X.dtype) for _ in range(E)]
+    parts = [lambda i=i: torch.matmul(xs[i], ws[i], out=ys[i]) for i in range(E)]
+
+    def serial():
+        for p in parts:
+            p()
+        return ys
+    yb = torch.empty(E, X.shape[1], W.shape[2], device=dev, dtype=X.dtype)
+    out = [impl("eager", serial, _stacked, lanes=1),
+           impl("bmm (fused)", lambda: torch.bmm(X, W, out=yb), lanes=1)]
+    if gpu:
+        streams = [torch.cuda.Stream() for _ in range(lanes)]
+
+        def multi():
+            _multi(torch, streams, parts)
+            return ys
+        out.append(impl("streams", multi, _stacked, lanes=lanes))
+        g1 = _graph(torch, serial)
+        out.append(impl("graph", lambda: (g1.replay(), ys)[1], _stacked, lanes=1))
+        gk = _graph(torch, multi)
+        out.append(impl("graph streams", lambda: (gk.replay(), ys)[1], _stacked, lanes=lanes))
+    return out
+
+
+def branches(case, device, lanes):
+    torch, dev, gpu, impl = _setup(device)
+    x = _tensor(torch, case.inputs["x"], dev)
+    W = _tensor(torch, case.inputs["w"], dev)
+    B = W.shape[0]
+    ws = list(W.unbind(0))
+    hs = [torch.empty(x.shape[0], W.shape[2], device=dev, dtype=x.dtype) for _ in range(B)]
+    acc = torch.empty_like(hs[0])
+    parts = [lambda i=i: torch.tanh(torch.matmul(x, ws[i], out=hs[i]), out=hs[i]) for i in range(B)]
+
+    def combine():
+        torch.stack(hs).sum(0, out=acc)
+        return acc
+
+    def serial():
+        for p in parts:
+            p()
+        return combine()
+    out = [impl("eager", serial, lanes=1),
+           impl("bmm (fused)", lambda: torch.tanh(torch.matmul(x, W)).sum(0), lanes=1)]
+    if gpu:
+        streams = [torch.cuda.Stream() for _ in range(lanes)]
+
+        def multi():
+            _multi(torch, streams, parts)
+            return combine()
+        out.append(impl("streams", multi, lanes=lanes))
+        g1 = _graph(torch, serial)
+        out.append(impl("graph", lambda: (g1.replay(), acc)[1], lanes=1))
+        gk = _graph(torch, multi)
+        out.append(impl("graph streams", lambda: (gk.replay(), acc)[1], lanes=lanes))
+    return out
+
+
+def kernels(case, device, lanes):
+    torch, dev, gpu, impl = _setup(device)
+    a, b, c = (_tensor(torch, case.inputs[k], dev) for k in "abc")
+    rows = case.params["rows"]
+    cr = c.view(rows, -1)
+    res: list = [None] * 4
+    parts = [lambda: res.__setitem__(0, torch.addcmul(c, a, b)),
+             lambda: res.__setitem__(1, torch.exp(a)),
+             lambda: res.__setitem__(2, b.sum()),
+             lambda: res.__setitem__(3, torch.softmax(cr, -1))]
+
+    def serial():
+        for p in parts:
+            p()
+        return list(res)
+    out = [impl("eager", serial, lanes=1)]
+    if gpu:
+        streams = [torch.cuda.Stream() for _ in range(lanes)]
+
+        def multi():
+            _multi(torch, streams, parts)
+            return list(res)
+        out.append(impl("streams", multi, lanes=lanes))
+    return out
+
+
+def fences(case, device, lanes):
+    torch, dev, gpu, impl = _setup(device)
+    if not gpu:
+        raise PeerUnavailable("PyTorch has no streams on the CPU")
+    x0 = _tensor(torch, case.inputs["x"], dev)
+    n = case.params["n"]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+
+    def one_stream():
+        x = x0
+        for _ in range(n):
+            x = x + 1.0
+        return x
+
+    def ping_pong():
+        cur = torch.cuda.current_stream()
+        streams[0].wait_stream(cur)
+        x = x0
+        for i in range(n):
+            s, other = streams[i & 1], streams[(i + 1) & 1]
+            s.wait_stream(other)
+            with torch.cuda.stream(s):
+                x = x + 1.0
+        cur.wait_stream(streams[(n - 1) & 1])
+        return x
+    return [impl("one stream", one_stream, lanes=1, note="no fences: baseline"),
+            impl("two streams", ping_pong, lanes=2, note="wait_stream every hop")]
+
+
+def handles(case, device, lanes):
+    """c GEMMs, each on its own stream (PyTorch binds cuBLAS workspaces per stream)."""
+    torch, dev, gpu, impl = _setup(device)
+    if not gpu:
+        raise PeerUnavailable("PyTorch's cuBLAS handles exist on the GPU only")
+    X = _tensor(torch, case.inputs["x"], dev)
+    w = _tensor(torch, case.inputs["w"], dev)
+    c = X.shape[0]
+    torch.cuda.synchronize()
+    before = device_used_bytes(device)
+    t0 = time.perf_counter()
+    streams = [torch.cuda.Stream() for _ in range(c)]
+    ys = [None] * c
+
+    def run():
+        _multi(torch, streams, [lambda i=i: ys.__setitem__(i, X[i] @ w) for i in range(c)])
+        return list(ys)
+    run()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    after = device_used_bytes(device)
+    it = impl(f"{c} streams", run, _stacked, lanes=c)
+    it.extra.update(first_run_ms=round(first * 1e3, 3),
+                    memory_growth_MiB=None if before is None else round((after - before) / 2**20, 2))
+    return [it]

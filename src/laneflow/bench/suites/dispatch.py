@@ -1,0 +1,82 @@
+"""dispatch: host cost per tiny op (a chain of N dependent adds on 16 floats), and what tracing costs.
+
+Rows: laneflow lazy chain (one eval), eval after every op, the same chain while ``lf.trace()`` records,
+and the trace hook alone with tracing off (the global reads the runtime does per command).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import laneflow as lf
+
+from ...runtime import tracing
+from .. import laneflow_impls as lfi
+from ..harness import Case, Impl, suite
+
+
+def chain_program(n: int):
+    def chain(x):
+        for _ in range(n):
+            x = x + 1.0
+        return x
+    return chain
+
+
+@suite("dispatch", "host cost per tiny op: chain of N tiny adds; tracing on vs off")
+def run(ctx):
+    n = ctx.size(quick={"n": 200}, cpu={"n": 2000}, gpu={"n": 2000})["n"]
+    x = np.zeros(16, np.float32)
+    case = Case("dispatch", f"chain of {n} tiny adds (16 float32)", {"x": x}, x + np.float32(n),
+                bytes=n * 2 * x.nbytes, flops=n * x.size, items=n, item_name="op", params={"n": n})
+    chain = chain_program(n)
+    rows = lfi.modes(case, ctx.device, ctx.lanes, chain, [x])
+    if lfi.unavailable(ctx.device) is None:
+        rows += [_eval_each(case, ctx.device, n, x), _traced(case, ctx.device, chain, x), _hook_off(case, n)]
+    return ctx.run_case(case, "dispatch", rows)
+
+
+def _eval_each(case, device, n, x0) -> Impl:
+    s = lf.new_stream(device, lanes=1)
+    x0 = lf.array(x0, stream=s)
+
+    def run():
+        x = x0
+        with lf.stream(s):
+            for _ in range(n):
+                x = x + 1.0
+                lf.eval(x)
+        return x
+    return Impl("laneflow eval each op", run, np.asarray, lanes=1, close=s.close)
+
+
+def _traced(case, device, chain, x0) -> Impl:
+    s = lf.new_stream(device, lanes=1)
+    x = lf.array(x0, stream=s)
+    info = {}
+
+    def run():
+        with lf.trace() as t:
+            with lf.stream(s):
+                y = chain(x)
+            lf.eval(y)
+        info["events"] = len(t.events)
+        return y
+    impl = Impl("laneflow eager, tracing on", run, np.asarray, lanes=1, close=s.close,
+                note="lf.trace() around the run (records every command)")
+    impl.extra = info
+    return impl
+
+
+def _hook_off(case, n) -> Impl:
+    def run():
+        # What the runtime does per command when not tracing: one read in the encoder, one in the lane.
+        for _ in range(n):
+            sink = tracing.active
+            if sink is not None:
+                pass
+            sink = tracing.active
+            if sink is not None:
+                pass
+    return Impl("trace hook alone, tracing off", run, lanes=None, check=False,
+                note="2 reads of the hook per command, loop included (an upper bound)")

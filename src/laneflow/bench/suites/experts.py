@@ -1,0 +1,32 @@
+"""experts: E independent GEMMs (a mixture-of-experts step); the batched GEMM as the fused limit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import laneflow as lf
+
+from .. import laneflow_impls as lfi
+from ..harness import Case, suite
+from .common import SEED, dtype, f32, normal
+
+
+@suite("experts", "E independent GEMMs x_e @ w_e (MoE step)")
+def run(ctx):
+    p = ctx.size(quick=dict(E=8, M=16, K=256, N=256, dtype="float32"),
+                 cpu=dict(E=16, M=16, K=1024, N=1024, dtype="float32"),
+                 gpu=dict(E=32, M=16, K=4096, N=1024, dtype="bfloat16"))
+    E, M, K, N, dt = p["E"], p["M"], p["K"], p["N"], dtype(p["dtype"])
+    rng = np.random.default_rng(SEED)
+    x = normal(rng, (E, M, K), dt)
+    w = normal(rng, (E, K, N), dt, 1 / np.sqrt(K))
+    ref = np.matmul(f32(x), f32(w))
+    case = Case("experts", f"{E} x ({M}x{K} @ {K}x{N}) {dt.name}", {"x": x, "w": w}, ref,
+                bytes=E * (M * K + K * N + M * N) * dt.itemsize, flops=2 * E * M * K * N, dtype=dt, params=p)
+
+    def program(*a):
+        return [a[i] @ a[E + i] for i in range(E)]
+    rows = lfi.modes(case, ctx.device, ctx.lanes, program, list(x) + list(w), to_host=lfi.stacked)
+    if lfi.unavailable(ctx.device) is None:
+        rows.append(lfi.eager(case, ctx.device, lf.matmul, [x, w], 1, label="laneflow batched matmul (fused)"))
+    return ctx.run_case(case, "experts", rows)

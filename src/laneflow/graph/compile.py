@@ -1,0 +1,237 @@
+"""``lf.compile``: trace a function once per input signature, then replay its command list.
+
+Tracing runs ``fn`` on placeholder arrays, which builds the lazy graph without running anything.
+Every node that does not depend on an argument (constants, captured arrays) is evaluated once and
+kept; the rest becomes a *plan*: an ordered list of steps (primitive, stream, where each input comes
+from). A call binds its arguments and submits the steps through the stream encoders directly, with
+no graph building, shape inference or dtype resolution. Outputs get fresh buffers on every call, so
+they stay valid after the next call.
+
+A backend may turn a plan into something faster (the CUDA backend: one multi-lane CUDA graph).
+
+What cannot be compiled raises :class:`CompileError` naming the op: reading values on the host inside
+``fn`` (``item``, ``tolist``, ``np.asarray``, ``lf.eval``), and assigning into an argument
+(``x[i] = v`` on a parameter; return the new value instead). laneflow has no data-dependent shapes
+(boolean-mask indexing with an lf.Array is refused everywhere), so every traced shape is static.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+from ..errors import LaneflowError
+from .node import ArrayData, Primitive
+from . import schedule as _sched
+
+_tracing = threading.local()
+
+
+class CompileError(LaneflowError):
+    """``fn`` does something a traced function cannot do; the message names the op and the fix."""
+
+
+class Placeholder(Primitive):
+    """An argument of a function being traced: has a shape and dtype, never a value."""
+
+    kind = "placeholder"
+
+    def __init__(self, index: int, fn_name: str):
+        super().__init__(f"argument {index}")
+        self.index, self.fn_name = index, fn_name
+
+    def error(self) -> "CompileError":
+        return CompileError(f"compile: {self.fn_name} needs the value of {self.name} while being traced (a host read such "
+                "as item(), tolist(), np.asarray() or lf.eval inside the function); move it out of the "
+                "compiled function or pass the value as a static (non-array) argument")
+
+
+def tracing() -> bool:
+    return getattr(_tracing, "depth", 0) > 0
+
+
+class _Plan:
+    """The steps of one traced signature."""
+
+    __slots__ = ("steps", "outputs", "treedef", "n_slots")
+
+    def __init__(self, steps, outputs, treedef, n_slots):
+        self.steps, self.outputs, self.treedef, self.n_slots = steps, outputs, treedef, n_slots
+
+
+def _flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
+    """Leaves and a structure description of nested lists, tuples and dicts."""
+    leaves: list = []
+
+    def walk(x):
+        if is_leaf(x):
+            leaves.append(x)
+            return ("leaf",)
+        if isinstance(x, (list, tuple)):
+            return (type(x), tuple(walk(v) for v in x))
+        if isinstance(x, dict):
+            return (dict, tuple((k, walk(v)) for k, v in x.items()))
+        return ("static", x)
+
+    return leaves, walk(tree)
+
+
+def _unflatten(treedef: Any, leaves: list) -> Any:
+    it = iter(leaves)
+
+    def build(t):
+        tag = t[0]
+        if tag == "leaf":
+            return next(it)
+        if tag == "static":
+            return t[1]
+        if tag is dict:
+            return {k: build(v) for k, v in t[1]}
+        return tag(build(v) for v in t[1])
+
+    return build(treedef)
+
+
+class CompiledFunction:
+    """What :func:`compile` returns. Call it like ``fn``; ``cache_size`` counts traced signatures."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self._plans: dict = {}
+        functools.update_wrapper(self, fn)
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._plans)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from ..array import Array
+        from ..streams import current_stream
+
+        if tracing():
+            return self.fn(*args, **kwargs)  # nested compile: inline into the outer trace
+        leaves, treedef = _flatten((args, kwargs), lambda x: isinstance(x, Array))
+        stream = current_stream()
+        key = (treedef, stream.id, tuple((a.shape, a.dtype, a.device) for a in leaves))
+        try:
+            plan = self._plans.get(key)
+        except TypeError:
+            raise CompileError(f"compile: {self.__name__}: non-array arguments must be hashable (they are "
+                               "static: a new value traces again)") from None
+        if plan is None:
+            plan = self._trace(leaves, treedef)
+            self._plans[key] = plan
+        return _replay(plan, leaves)
+
+    def _trace(self, leaves: list, treedef: Any) -> _Plan:
+        from ..array import Array
+
+        name = getattr(self.fn, "__name__", "function")
+        params = [Array._wrap(ArrayData(a.shape, a.dtype, a._data.stream, Placeholder(i, name)))
+                  for i, a in enumerate(leaves)]
+        holders = [p._data for p in params]
+        args, kwargs = _unflatten(treedef, params)
+        _tracing.depth = getattr(_tracing, "depth", 0) + 1
+        try:
+            out = self.fn(*args, **kwargs)
+        finally:
+            _tracing.depth -= 1
+        for i, (p, d) in enumerate(zip(params, holders)):
+            if p._data is not d:
+                raise CompileError(f"compile: {name} assigns into its argument {i} (x[...] = v); compiled "
+                                   "functions cannot change their arguments: return the new value instead")
+        outs, out_tree = _flatten(out, lambda x: isinstance(x, Array))
+        return _build_plan([o._data for o in outs], holders, out_tree)
+
+
+def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
+    places = {id(h): ("arg", i) for i, h in enumerate(holders)}
+    order = _sched.toposort(outputs)
+    depends: set[int] = set(places)
+    for d in order:
+        if d.prim.kind != "placeholder" and any(id(i) in depends for i in d.inputs):
+            depends.add(id(d))
+    # Everything that does not depend on an argument is computed once, now, and captured.
+    _sched.schedule([d for d in order if id(d) not in depends]
+                    + [i for d in order if id(d) in depends for i in d.inputs if id(i) not in depends])
+    steps = []
+    n_slots = 0
+    for d in order:
+        if id(d) not in depends or d.prim.kind == "placeholder":
+            continue
+        if id(d) in places:
+            continue  # a sibling produced it already
+        srcs = []
+        for i in d.inputs:
+            p = places.get(id(i))
+            if p is None:
+                i.arrays += 1  # a captured value: the plan holds it, so it is never reused in place
+                p = ("const", i)
+            srcs.append(p)
+        outs = d.siblings or (d,)
+        first = n_slots
+        for o in outs:
+            places[id(o)] = ("slot", n_slots)
+            n_slots += 1
+        steps.append((d.prim, d.stream, tuple(srcs), tuple((o.device, o.shape, o.dtype) for o in outs), first))
+    out_refs = []
+    for o in outputs:
+        p = places.get(id(o))
+        if p is None:
+            o.arrays += 1
+            p = ("const", o)
+        out_refs.append((p, o.shape, o.dtype, o.stream))
+    return _Plan(steps, out_refs, out_tree, n_slots)
+
+
+class _Spec:
+    __slots__ = ("device", "shape", "dtype")
+
+    def __init__(self, device, shape, dtype):
+        self.device, self.shape, self.dtype = device, shape, dtype
+
+
+def _replay(plan: _Plan, leaves: list) -> Any:
+    from ..array import Array
+
+    datas = [a._data for a in leaves]
+    with _sched.LOCK:
+        _sched.schedule([d for d in datas if d.buffer is None])
+        slots: list = [None] * plan.n_slots
+
+        def buf(ref):
+            kind, v = ref
+            if kind == "slot":
+                return slots[v]
+            if kind == "arg":
+                return datas[v].buffer
+            return v.buffer
+
+        for prim, stream, srcs, outs, first in plan.steps:
+            bufs = _sched.submit(prim, stream, [buf(r) for r in srcs], [_Spec(*o) for o in outs])
+            slots[first:first + len(bufs)] = bufs
+        results = []
+        for ref, shape, dtype, stream in plan.outputs:
+            d = ArrayData(shape, dtype, stream, None)
+            if ref[0] == "arg":
+                d = datas[ref[1]]
+            elif ref[0] == "const":
+                d = ref[1]
+            else:
+                d.buffer = slots[ref[1]]
+            results.append(Array._wrap(d))
+    return _unflatten(plan.treedef, results)
+
+
+def compile(fn: Callable) -> CompiledFunction:  # noqa: A001 - the public name
+    """Trace ``fn`` once per input signature (shapes, dtypes, devices, static arguments, current
+    stream) and replay the recorded commands on later calls. Usable as a decorator.
+
+    >>> @lf.compile
+    ... def step(x, w):
+    ...     return lf.tanh(x @ w)
+    """
+    if not callable(fn):
+        raise TypeError(f"compile: expected a callable, got {type(fn).__name__}")
+    return CompiledFunction(fn)

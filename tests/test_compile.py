@@ -1,0 +1,156 @@
+"""lf.compile: traced once per signature, replayed without rebuilding the graph, equal to eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import laneflow as lf
+from test_fuzz import PROGRAMS, Pool, make_inputs, program, run_steps
+
+
+def experts(x, ws):
+    outs = [lf.tanh(x @ w) for w in ws]
+    return lf.stack(outs).mean(axis=0), [o.max() for o in outs]
+
+
+def test_compiled_equals_eager_and_traces_once(device, rng):
+    with lf.stream(device):
+        x = lf.array(rng.standard_normal((8, 16)))
+        ws = [lf.array(rng.standard_normal((16, 16))) for _ in range(4)]
+        calls = []
+
+        def fn(x, ws):
+            calls.append(1)
+            return experts(x, ws)
+
+        f = lf.compile(fn)
+        eager = experts(x, ws)
+        for _ in range(3):
+            got = f(x, ws)
+        assert len(calls) == 1 and f.cache_size == 1
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(eager[0]))
+        for a, b in zip(got[1], eager[1]):
+            assert a.item() == b.item()
+
+
+def test_replay_submits_only_the_recorded_commands(device, rng):
+    with lf.stream(device):
+        f = lf.compile(lambda a, b: lf.exp(a) + lf.sin(b) * 2.0)
+        a, b = lf.array(rng.standard_normal(32)), lf.array(rng.standard_normal(32))
+        lf.eval(a, b)
+        f(a, b)
+        lf.reset_stats()
+        out = f(a, b)
+        lf.eval(out)
+        assert lf.stats()["commands"] == 4   # exp, sin, multiply, add
+
+
+def test_new_signature_traces_again(device, rng):
+    with lf.stream(device):
+        f = lf.compile(lambda x, k: x * k)
+        f(lf.array(rng.standard_normal(3)), 2.0)
+        f(lf.array(rng.standard_normal(4)), 2.0)        # new shape
+        f(lf.array(rng.standard_normal(4)).astype(lf.float32), 2.0)  # new dtype
+        r = f(lf.array([1.0, 2.0]), 3.0)                # new static argument
+        assert f.cache_size == 4 and r.tolist() == [3.0, 6.0]
+
+
+def test_outputs_stay_valid_after_the_next_call(device, rng):
+    with lf.stream(device):
+        f = lf.compile(lambda x: x + 1.0)
+        a, b = rng.standard_normal(5), rng.standard_normal(5)
+        ra = f(lf.array(a))
+        rb = f(lf.array(b))
+        np.testing.assert_array_equal(np.asarray(ra), a + 1.0)
+        np.testing.assert_array_equal(np.asarray(rb), b + 1.0)
+
+
+def test_captured_arrays_and_constants_are_computed_once_and_kept(device, rng):
+    with lf.stream(device):
+        wn = rng.standard_normal((4, 4))
+        w = lf.array(wn) * 2.0     # lazy, captured by the closure
+
+        @lf.compile
+        def f(x):
+            return x @ w + lf.array([1.0, 2.0, 3.0, 4.0])
+
+        xn = rng.standard_normal((2, 4))
+        f(lf.array(xn))
+        r = f(lf.array(xn))
+        np.testing.assert_allclose(np.asarray(r), xn @ (wn * 2.0) + [1, 2, 3, 4], rtol=1e-12)
+
+
+def test_argument_returned_unchanged_and_nested_compile(device):
+    with lf.stream(device):
+        inner = lf.compile(lambda x: x * 2)
+        f = lf.compile(lambda x, y: (x, inner(y) + 1))
+        x, y = lf.array([1, 2]), lf.array([3, 4])
+        a, b = f(x, y)
+        assert a.tolist() == [1, 2] and b.tolist() == [7, 9]
+
+
+def test_host_read_inside_a_compiled_function_is_refused_naming_it(device):
+    with lf.stream(device):
+        f = lf.compile(lambda x: x * x.sum().item())
+        with pytest.raises(lf.CompileError, match="compile: <lambda> needs the value of argument 0"):
+            f(lf.array([1.0, 2.0]))
+
+
+def test_assigning_into_an_argument_is_refused(device):
+    def g(x):
+        x[0] = 1
+        return x
+
+    with lf.stream(device), pytest.raises(lf.CompileError, match="assigns into its argument 0"):
+        lf.compile(g)(lf.array([5, 6]))
+
+
+def test_compile_rejects_non_callables_and_unhashable_statics():
+    with pytest.raises(TypeError, match="compile"):
+        lf.compile(42)
+    f = lf.compile(lambda x, opts: x)
+    with pytest.raises(lf.CompileError, match="hashable"):
+        f(lf.array([1]), {1, 2})  # a set is not hashable
+
+
+def test_execution_error_in_a_replay_is_raised_at_eval(device):
+    with lf.stream(device):
+        f = lf.compile(lambda x, e: lf.power(x, e))
+        f(lf.array([2, 3]), lf.array([1, 2]))
+        bad = f(lf.array([2, 3]), lf.array([1, -1]))
+        with pytest.raises(lf.ExecutionError, match="power"):
+            lf.eval(bad)
+        assert f(lf.array([2, 3]), lf.array([2, 2])).tolist() == [4, 9]
+
+
+@settings(max_examples=max(50, PROGRAMS // 6), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.data_too_large])
+@given(prog=program)
+def test_fuzz_programs_compiled_equal_eager(device, prog):
+    steps = [s for s in prog["steps"] if s[0] not in ("eval", "async_eval")]
+    inputs = make_inputs(prog)
+    streams = [lf.new_stream(device, lanes=k) for k in prog["streams"]]
+
+    def body(*xs):
+        pool = Pool([], streams)
+        pool.lf = [lf.array(x) for x in xs]   # new Array objects: assignments rebind these, not the caller's
+        pool.np = [np.array(x) for x in inputs]
+        run_steps(pool, steps, prog["dtype"])
+        return pool.lf
+
+    compiled = lf.compile(body)
+    args = [lf.array(x, stream=streams[0]) for x in inputs]
+    eager = body(*args)
+    lf.eval(eager)
+    with lf.testing.inject_delays(0.0005, seed=prog["seed"]):
+        first = compiled(*args)
+        second = compiled(*args)
+        lf.eval(first, second)
+    for e, a, b in zip(eager, first, second):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(e))
+    for s in streams:
+        s.close()
