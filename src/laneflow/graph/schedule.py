@@ -68,7 +68,7 @@ def _schedule_one(d: ArrayData) -> None:
     out_bufs = submit(prim, stream, [i.buffer for i in ins], outs, donor.buffer if donor is not None else None)
     if donor is not None:
         donor.buffer = None  # ownership moved to the output
-    _finish(outs, out_bufs, ins)
+    _finish(outs, out_bufs)
 
 
 def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
@@ -107,14 +107,14 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
     return out_bufs
 
 
-def _finish(outs, bufs, ins) -> None:
+def _finish(outs, bufs) -> None:
     for o, b in zip(outs, bufs):
+        for i in o.inputs:  # every sibling counted its inputs' use once
+            i.users -= 1
         o.buffer = b
         o.prim = None
         o.inputs = ()
         o.siblings = None
-    for i in ins:
-        i.users -= 1
 
 
 def wait(d: ArrayData, timeout: float | None = None) -> None:

@@ -11,6 +11,7 @@ from ...errors import OutOfMemoryError
 from ...runtime.backend import Backend
 from ...runtime.buffer import Buffer
 from .kernels import KERNELS
+from .linalg import linalg
 from .lanes import ThreadLane
 
 
@@ -38,7 +39,7 @@ class CPUBackend(Backend):
         return buffer.data
 
     def kernel(self, kind: str):
-        return KERNELS[kind]
+        return _KERNELS[kind]
 
 
 def _free_host_bytes() -> int | None:
@@ -46,3 +47,6 @@ def _free_host_bytes() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+_KERNELS = dict(KERNELS, linalg=linalg)

@@ -1,0 +1,36 @@
+"""CPU linear algebra through numpy.linalg; failures become :class:`lf.LinAlgError` naming the op."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import LinAlgError
+
+
+def linalg(lane, prim, ins, outs):
+    name, p = prim.name, prim.params
+    try:
+        if name == "cholesky":
+            res = (np.linalg.cholesky(ins[0], upper=p["upper"]),)
+        elif name == "inv":
+            res = (np.linalg.inv(ins[0]),)
+        elif name == "solve":
+            a, b = ins
+            if b.ndim > 1:
+                batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+                a = np.broadcast_to(a, batch + a.shape[-2:])
+                b = np.broadcast_to(b, batch + b.shape[-2:])
+            res = (np.linalg.solve(a, b),)
+        elif name == "qr":
+            res = tuple(np.linalg.qr(ins[0], mode="reduced"))
+        elif name == "eigh":
+            res = tuple(np.linalg.eigh(ins[0], UPLO=p["UPLO"]))
+        elif name == "svd":
+            r = np.linalg.svd(ins[0], full_matrices=p["full_matrices"], compute_uv=p["compute_uv"])
+            res = tuple(r) if p["compute_uv"] else (r,)
+        else:
+            raise NotImplementedError(name)
+    except np.linalg.LinAlgError as e:
+        raise LinAlgError(f"{name}: {e}") from e
+    for out, r in zip(outs, res):
+        np.copyto(out, r, casting="unsafe")

@@ -1,0 +1,137 @@
+"""lf.linalg against numpy on fresh random matrices, with batches, on every device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+
+TOL = {np.float32: 2e-4, np.float64: 1e-10}
+SHAPES = [(4, 4), (3, 5, 5), (2, 3, 6, 6)]
+
+
+def spd(rng, shape, dtype):
+    a = rng.standard_normal(shape)
+    n = shape[-1]
+    return (a @ np.swapaxes(a, -1, -2) + n * np.eye(n)).astype(dtype)
+
+
+def close(got, want, dtype):
+    np.testing.assert_allclose(np.asarray(got), want, rtol=TOL[dtype], atol=TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cholesky_matches_numpy(device, rng, dtype, shape):
+    a = spd(rng, shape, dtype)
+    with lf.stream(device):
+        L = lf.linalg.cholesky(lf.array(a))
+        U = lf.linalg.cholesky(lf.array(a), upper=True)
+    assert L.dtype == dtype and L.shape == shape
+    close(L, np.linalg.cholesky(a), dtype)
+    close(U, np.linalg.cholesky(a, upper=True), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_inv_and_solve_match_numpy(device, rng, dtype, shape):
+    a = spd(rng, shape, dtype)
+    b = rng.standard_normal(shape[:-1] + (3,)).astype(dtype)
+    v = rng.standard_normal(shape[-1]).astype(dtype)
+    with lf.stream(device):
+        A = lf.array(a)
+        x = lf.linalg.solve(A, lf.array(b))
+        xv = lf.linalg.solve(lf.array(a[(0,) * (len(shape) - 2)]), lf.array(v))
+        ai = lf.linalg.inv(A)
+    close(x, np.linalg.solve(a, b), dtype)
+    close(xv, np.linalg.solve(a[(0,) * (len(shape) - 2)], v), dtype)
+    close(ai, np.linalg.inv(a), dtype)
+
+
+def test_solve_broadcasts_batch_dimensions(device, rng):
+    a = spd(rng, (4, 4), np.float64)
+    b = rng.standard_normal((5, 4, 2))
+    with lf.stream(device):
+        x = lf.linalg.solve(lf.array(a), lf.array(b))
+    assert x.shape == (5, 4, 2)
+    close(x, np.linalg.solve(np.broadcast_to(a, (5, 4, 4)), b), np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
+def test_qr_reconstructs_and_r_is_upper_triangular(device, rng, dtype, shape):
+    a = rng.standard_normal(shape).astype(dtype)
+    with lf.stream(device):
+        q, r = lf.linalg.qr(lf.array(a))
+    qn, rn = np.asarray(q), np.asarray(r)
+    k = min(shape[-2:])
+    assert qn.shape == shape[:-1] + (k,) and rn.shape == shape[:-2] + (k, shape[-1])
+    close(qn @ rn, a, dtype)
+    np.testing.assert_allclose(np.swapaxes(qn, -1, -2) @ qn, np.broadcast_to(np.eye(k), qn.shape[:-2] + (k, k)),
+                               atol=TOL[dtype] * 10)
+    assert np.all(np.abs(np.tril(rn, -1)) <= TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_eigh_matches_numpy(device, rng, dtype):
+    a = spd(rng, (3, 6, 6), dtype)
+    with lf.stream(device):
+        w, v = lf.linalg.eigh(lf.array(a))
+    wn, vn = np.asarray(w), np.asarray(v)
+    close(wn, np.linalg.eigh(a)[0], dtype)
+    close(vn @ (wn[..., None] * np.swapaxes(vn, -1, -2)), a, dtype)
+
+
+@pytest.mark.parametrize("full", [True, False])
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6), (2, 5, 5)])
+def test_svd_matches_numpy(device, rng, full, shape):
+    a = rng.standard_normal(shape)
+    with lf.stream(device):
+        u, s, vh = lf.linalg.svd(lf.array(a), full_matrices=full)
+        s_only = lf.linalg.svd(lf.array(a), compute_uv=False)
+    un, sn, vhn = np.linalg.svd(a, full_matrices=full)
+    assert u.shape == un.shape and s.shape == sn.shape and vh.shape == vhn.shape
+    close(s, sn, np.float64)
+    close(s_only, sn, np.float64)
+    k = sn.shape[-1]
+    close(np.asarray(u)[..., :, :k] * np.asarray(s)[..., None, :] @ np.asarray(vh)[..., :k, :], a, np.float64)
+
+
+def test_integer_input_computes_in_float64(device):
+    with lf.stream(device):
+        x = lf.linalg.inv(lf.array([[2, 0], [0, 4]]))
+    assert x.dtype == lf.float64 and x.tolist() == [[0.5, 0.0], [0.0, 0.25]]
+
+
+def test_one_output_of_a_factorization_schedules_all_of_them(device, rng):
+    a = rng.standard_normal((4, 4))
+    with lf.stream(device):
+        q, r = lf.linalg.qr(lf.array(a))
+        lf.reset_stats()
+        lf.eval(q)
+        assert r._data.buffer is not None and lf.stats()["commands"] == 1
+    close(np.asarray(q) @ np.asarray(r), a, np.float64)
+
+
+def test_not_positive_definite_raises_linalg_error_at_eval(device):
+    with lf.stream(device):
+        L = lf.linalg.cholesky(lf.array(-np.eye(3)))
+        with pytest.raises(lf.LinAlgError, match="cholesky"):
+            lf.eval(L)
+        with pytest.raises(lf.LinAlgError, match="solve"):
+            lf.eval(lf.linalg.solve(lf.zeros((3, 3)), lf.ones(3)))
+        assert lf.linalg.inv(lf.eye(2) * 2).tolist() == [[0.5, 0.0], [0.0, 0.5]]
+
+
+@pytest.mark.parametrize("call, exc, pattern", [
+    (lambda: lf.linalg.cholesky(lf.ones((2, 3))), ValueError, "cholesky: last two dimensions must be square"),
+    (lambda: lf.linalg.inv(lf.ones(3)), ValueError, "inv: expected an array of at least 2 dimensions"),
+    (lambda: lf.linalg.solve(lf.eye(3), lf.ones(4)), ValueError, "solve: b must have 3 rows"),
+    (lambda: lf.linalg.eigh(lf.eye(3), UPLO="X"), ValueError, "eigh: UPLO"),
+    (lambda: lf.linalg.qr(lf.ones((2, 2), lf.float16)), TypeError, "qr: float16 is not supported"),
+    (lambda: lf.linalg.svd(lf.ones(3)), ValueError, "svd: expected an array of at least 2"),
+])
+def test_invalid_linalg_calls_name_the_op(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
