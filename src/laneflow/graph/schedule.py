@@ -52,7 +52,7 @@ def _donor(d: ArrayData) -> ArrayData | None:
     src = d.inputs[0]
     buf = src.buffer
     if (src.users == 1 and src.arrays == 0 and not buf.exported and src.siblings is None
-            and src.shape == d.shape and src.dtype == d.dtype and buf.device == d.device):
+            and src.shape == d.shape and src.dtype == d.dtype):
         return src
     return None
 
@@ -99,10 +99,16 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
     def fn(lane, kern=kern, prim=prim, in_data=in_data, out_data=out_data):
         kern(lane, prim, in_data, out_data)
 
-    reads = []
-    for b in in_bufs:
-        if not any(b is r for r in reads):
-            reads.append(b)
+    if len(in_bufs) < 2:
+        reads = in_bufs
+    else:
+        reads = []
+        for b in in_bufs:
+            for r in reads:
+                if r is b:
+                    break
+            else:
+                reads.append(b)
     stream.encoder.encode(prim.name, fn, reads, out_bufs)
     return out_bufs
 

@@ -62,6 +62,7 @@ class CommandEncoder:
 
     def __init__(self, lanes: Sequence[Lane], policy: LanePolicy | None = None):
         self.lanes = list(lanes)
+        self.stream_id = self.lanes[0].stream_id
         self.policy = policy or GreedyPolicy()
 
     def encode(self, op: str, fn: Callable[[Lane], object], reads: Sequence[Buffer],
@@ -70,23 +71,42 @@ class CommandEncoder:
         deps: dict[Lane, Point] = {}
         producers: list[Lane] = []
         stats = STATS
+        sid = self.stream_id
         elided = 0
+        raw = waw = war = 0
         for b in reads:
             w = b.writer
             if w is not None:
-                stats.raw += 1
+                raw += 1
                 wl = w.lane
-                if wl.stream_id == self.lanes[0].stream_id and wl not in producers:
-                    producers.append(wl)
-                elided += _add(deps, w)
+                old = deps.get(wl)
+                if old is None:
+                    deps[wl] = w
+                    if wl.stream_id == sid:
+                        producers.append(wl)
+                else:  # keep only the latest point per lane: the earlier one is implied
+                    elided += 1
+                    if w.seq > old.seq:
+                        deps[wl] = w
         for b in writes:
             w = b.writer
+            pts = list(b.readers.values())
+            war += len(pts)
             if w is not None:
-                stats.waw += 1
-                elided += _add(deps, w)
-            for r in b.readers.values():
-                stats.war += 1
-                elided += _add(deps, r)
+                waw += 1
+                pts.append(w)
+            for p in pts:
+                pl = p.lane
+                old = deps.get(pl)
+                if old is None:
+                    deps[pl] = p
+                else:
+                    elided += 1
+                    if p.seq > old.seq:
+                        deps[pl] = p
+        stats.raw += raw
+        stats.waw += waw
+        stats.war += war
 
         if lane is None:
             lane = self.policy.choose(self.lanes, producers)
@@ -127,14 +147,3 @@ class CommandEncoder:
             sink.enqueued(lane, cmd)
         lane.submit(cmd)
         return point
-
-
-def _add(deps: dict, p: Point) -> int:
-    """Keep the latest point per lane; returns 1 when p is implied by one already kept."""
-    old = deps.get(p.lane)
-    if old is None:
-        deps[p.lane] = p
-        return 0
-    if p.seq > old.seq:
-        deps[p.lane] = p
-    return 1

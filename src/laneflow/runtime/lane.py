@@ -111,8 +111,4 @@ class Lane:
     def __repr__(self) -> str:
         return f"<Lane {self.name} submitted={self.submitted}>"
 
-    def __hash__(self) -> int:
-        return self.id
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
+    # Lanes hash and compare by identity (object's defaults, which are fast: they key hot dicts).
