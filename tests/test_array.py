@@ -148,7 +148,7 @@ def _operands(rng, dtype, op):
 @pytest.mark.parametrize("op,npfn", BINARY_OPERATORS, ids=lambda f: getattr(f, "__name__", ""))
 def test_binary_operators_with_arrays_scalars_and_numpy_on_either_side(device, rng, op, npfn, dtype):
     a, b = _operands(rng, dtype, op)
-    s = 2 if op is not operator.pow else 2
+    s = 2
     out = expected_dtype(npfn, np.dtype(dtype), np.dtype(dtype))
     with lf.stream(device):
         x, y = lf.array(a), lf.array(b)
@@ -336,11 +336,56 @@ def test_eval_accepts_nested_containers_and_returns_none(device, rng):
     assert_same(c, np.asarray(a) * 2)
 
 
-def test_numpy_from_dlpack_reads_a_cpu_array(rng):
+def test_dlpack_device_and_numpy_from_dlpack(device, rng):
     x = random_array(rng, (2, 3), lf.float32)
-    with lf.stream(lf.cpu):
+    with lf.stream(device):
         a = lf.array(x) + 1
-    assert a.__dlpack_device__()[0] == 1  # kDLCPU
-    assert np.array_equal(np.from_dlpack(a), x + 1)
-    back = lf.from_dlpack(x)
+        back = lf.from_dlpack(x)
+    assert a.__dlpack_device__() == ((1, 0) if device.type == "cpu" else (2, device.index))  # kDLCPU, kDLCUDA
     assert_same(back, x)
+    if device.type == "cpu":
+        assert np.array_equal(np.from_dlpack(a), x + 1)
+
+
+def test_numpy_copy_false_refuses_a_dtype_change(device):
+    with lf.stream(device):
+        a = lf.array([1.0, 2.0])
+    assert not np.asarray(a, copy=False).flags.writeable
+    with pytest.raises(ValueError, match="copy"):
+        np.asarray(a, dtype=np.float32, copy=False)
+    assert np.asarray(a, dtype=np.float32).dtype == np.float32
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: a.reshape(a.shape), lambda a: a.astype(a.dtype), lambda a: a.transpose((0, 1)),
+    lambda a: lf.broadcast_to(a, a.shape), lambda a: a[:], lambda a: a[...], lambda a: lf.array(a),
+    lambda a: lf.squeeze(a), lambda a: lf.expand_dims(a, 0)[0],
+], ids=["reshape", "astype", "transpose", "broadcast_to", "slice", "ellipsis", "array", "squeeze", "expand_dims"])
+def test_ops_that_change_nothing_still_give_independent_values(device, rng, make):
+    x = random_array(rng, (3, 4), lf.float32)
+    with lf.stream(device):
+        a = lf.array(x)
+        b = make(a)
+        b[0, 0] = 100.0
+        a[1, 1] = -100.0
+    wa, wb = x.copy(), x.copy()
+    wa[1, 1], wb[0, 0] = -100.0, 100.0
+    assert_same(a, wa)
+    assert_same(b, wb)
+
+
+@pytest.mark.parametrize("dtype", [lf.int8, lf.bfloat16, lf.float64], ids=name)
+def test_assignments_that_read_the_array_they_write(device, rng, dtype):
+    x = random_array(rng, (6, 3), dtype)
+    with lf.stream(device):
+        a = lf.array(x)
+        a[1:] = a[:-1]  # overlapping shift: the right side is the value before the assignment
+        a[0] = a[5]
+        a[:, 0] = a[:, 2] * 2
+        a[[0, 2]] = a[[2, 0]]
+    want = x.copy()
+    want[1:] = want[:-1].copy()
+    want[0] = want[5]
+    want[:, 0] = up(want[:, 2]) * 2
+    want[[0, 2]] = want[[2, 0]].copy()
+    assert_same(a, want)

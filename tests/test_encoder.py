@@ -120,7 +120,7 @@ def test_dependencies_on_one_lane_need_no_wait():
     run(enc, l0, writes=[a])
     run(enc, l0, reads=[a], writes=[buf()])
     run(enc, l0, writes=[a])
-    assert l0.waits() == [] and STATS.waits_emitted == 0 and STATS.same_lane_deps == 2
+    assert l0.waits() == [] and STATS.waits_emitted == 0 and STATS.same_lane_deps == 3 and STATS.waits_elided == 0
 
 
 def test_a_wait_implied_by_an_earlier_wait_is_elided():
@@ -233,3 +233,18 @@ def test_cross_stream_use_inserts_the_fence_itself(rng):
     assert lf.stats()["waits_emitted"] == 1
     np.testing.assert_array_equal(np.asarray(b), np.exp(xn) * 2.0)
     s1.close(), s2.close()
+
+
+def test_a_one_lane_stream_reports_no_waits_at_all(rng):
+    s = lf.new_stream(lf.cpu, lanes=1)
+    x = lf.array(rng.standard_normal((8, 8)))
+    with lf.stream(s):
+        lf.reset_stats()
+        y = x
+        for _ in range(5):
+            y = lf.tanh(y @ x) + y
+            y[0] = y[1]
+        lf.eval(y)
+    st = lf.stats()
+    assert st["waits_emitted"] == 0 and st["waits_elided"] == 0 and st["same_lane_deps"] > 0
+    s.close()

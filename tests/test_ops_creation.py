@@ -267,3 +267,14 @@ def test_random_without_a_key_draws_fresh_numbers_and_seed_replays_them(device):
         c = lf.random.normal((8,))
     assert not np.array_equal(np.asarray(a), np.asarray(b))
     assert np.array_equal(np.asarray(a), np.asarray(c))
+
+
+@pytest.mark.parametrize("dtype", [lf.float16, lf.bfloat16, lf.float32, lf.int32, lf.int8], ids=name)
+def test_arange_with_a_fractional_step_converts_each_exact_value_once(device, dtype):
+    # Documented deviation: numpy repeats the difference of its first two converted values instead.
+    for start, stop, step in [(0, 3, 0.1), (-1, 1, 0.5), (2.5, -2, -0.75)]:
+        with lf.stream(device):
+            got = lf.arange(start, stop, step, dtype=dtype)
+        n = len(np.arange(start, stop, step))
+        exact = start + step * np.arange(n, dtype=np.float64)
+        assert_same(got, exact.astype(dtype))

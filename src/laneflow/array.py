@@ -87,9 +87,13 @@ class Array:
         return host
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """The values for numpy: a read-only view (``copy=None``/``False``), or a private copy (``copy=True``)."""
         host = self._host()
         if copy:
             return np.array(host, dtype=dtype, copy=True)
+        if copy is False and dtype is not None and np.dtype(dtype) != host.dtype:
+            raise ValueError(f"__array__: converting a {host.dtype} array to {np.dtype(dtype)} needs a copy, "
+                             "but copy=False was given; use np.asarray(x, dtype) instead")
         view = host.view()
         view.flags.writeable = False  # values are immutable: numpy must not write through
         return view if dtype is None else view.astype(dtype, copy=False)

@@ -140,9 +140,15 @@ def add_parser(sub: Any) -> None:
                    help="default: the GPU when laneflow can use one, else the CPU")
     p.add_argument("--out", default="laneflow-out", metavar="DIR",
                    help="where the timeline and trace go (default: ./laneflow-out)")
-    p.add_argument("--lanes", type=int, default=None, help="lanes of the multi-lane stream (default 4)")
-    p.add_argument("--repeat", type=int, default=None, help="timed steps per mode (default 10 CPU, 20 GPU)")
+    p.add_argument("--lanes", type=_positive, default=None, help="lanes of the multi-lane stream (default 4)")
+    p.add_argument("--repeat", type=_positive, default=None, help="timed steps per mode (default 10 CPU, 20 GPU)")
     p.set_defaults(func=main)
+
+
+def _positive(text: str) -> int:
+    from .bench.cli import _positive as positive
+
+    return positive(text)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -115,6 +115,7 @@ class Result:
     max_abs_diff: float | None = None
     rtol: float | None = None  # allowed |diff| relative to max |reference| (per output)
     matches: bool | None = None  # None: not checked
+    checked: bool = True  # False: a cost probe whose output is not the workload's result
     timer: str = "host"
     skipped: str | None = None
     error: str | None = None
@@ -163,8 +164,9 @@ class Result:
             "bytes": self.bytes, "flops": self.flops,
             "floor_us": us(self.floor_s), "floor_bytes_us": us(self.floor_bytes_s),
             "floor_flops_us": us(self.floor_flops_s),
-            "fraction_of_floor": (round(self.floor_s / sp.median, 4) if sp and self.floor_s and sp.median > 0
-                                  else None),
+            "fraction_of_floor": (round(self.floor_s / sp.median, 6)
+                                  if sp and self.floor_s and sp.median > 0 and self.checked else None),
+            "checked": self.checked,
             "max_abs_diff": self.max_abs_diff, "rtol": self.rtol, "matches": self.matches,
             "skipped": self.skipped, "error": self.error, "note": self.note, "extra": self.extra,
         }
@@ -232,6 +234,7 @@ def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s:
         res.floor_bytes_s, res.floor_flops_s = floors.floor(case)
     try:
         res.times, out = measure(impl, repeat, warmup, min_sample_s)
+        res.checked = impl.check
         if impl.check:
             pairs = compare(impl.to_host(out), case.reference)
             res.rtol = case.tolerance_scale()

@@ -22,7 +22,7 @@ def unavailable(device: Any) -> str | None:
         try:
             lf.new_stream(device)
         except Exception as e:  # noqa: BLE001 - the message is the reason
-            return f"laneflow GPU backend not usable here ({str(e)[:120]})"
+            return f"laneflow GPU backend not usable here ({str(e)[:200]})"
         return "laneflow GPU backend not usable here"
     return None
 
@@ -65,19 +65,27 @@ def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.nda
     return eager(case, device, lf.compile(program), inputs, lanes, to_host=to_host, label="laneflow compiled")
 
 
+def guard(case: Case, label: str, lanes: int | None, make: Callable[[], Impl | Result]) -> Impl | Result:
+    """``make()``, or an error row when building the impl fails (e.g. a backend still being written)."""
+    try:
+        return make()
+    except Exception as e:  # noqa: BLE001 - a setup failure is a result, not a crash
+        r = skipped(case, label, "")
+        r.skipped, r.error, r.lanes = None, f"setup: {type(e).__name__}: {e}"[:300], lanes
+        return r
+
+
 def modes(case: Case, device: Any, lanes: int, program: Callable, inputs: Sequence[np.ndarray], *,
           to_host: Callable = host) -> list[Impl | Result]:
     """The standard laneflow rows: eager 1 lane, eager ``lanes`` lanes, compiled on ``lanes`` lanes."""
     why = unavailable(device)
     if why is not None:
         return [skipped(case, "laneflow", why)]
-    out: list[Impl | Result] = [eager(case, device, program, inputs, 1, to_host=to_host)]
+    out: list[Impl | Result] = [
+        guard(case, "laneflow eager", 1, lambda: eager(case, device, program, inputs, 1, to_host=to_host))]
     if lanes > 1:
-        out.append(eager(case, device, program, inputs, lanes, to_host=to_host))
-    try:
-        out.append(compiled(case, device, program, inputs, lanes, to_host=to_host))
-    except Exception as e:  # noqa: BLE001 - a compile failure is a result, not a crash
-        r = skipped(case, "laneflow compiled", "")
-        r.skipped, r.error, r.lanes = None, f"{type(e).__name__}: {e}"[:300], lanes
-        out.append(r)
+        out.append(guard(case, "laneflow eager", lanes,
+                         lambda: eager(case, device, program, inputs, lanes, to_host=to_host)))
+    out.append(guard(case, "laneflow compiled", lanes,
+                     lambda: compiled(case, device, program, inputs, lanes, to_host=to_host)))
     return out

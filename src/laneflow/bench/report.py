@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import subprocess
 import sys
 from typing import Any, Sequence
 
@@ -19,6 +20,8 @@ from .harness import Result
 def fmt_time(s: float | None) -> str:
     if s is None:
         return "-"
+    if s < 1e-6:
+        return f"{s * 1e9:.1f} ns"
     if s < 1e-3:
         return f"{s * 1e6:.1f} µs"
     if s < 1.0:
@@ -97,24 +100,29 @@ def print_results(suite: str, results: Sequence[Result], file: Any = None) -> No
                 row += [fmt_time(sp.median), f"{fmt_time(sp.p25)} - {fmt_time(sp.p75)}"]
             if items is not None:
                 row.append(fmt_time(sp.median / r.items) if sp else "-")
-            row.append(f"{base.median / sp.median:.2f}x" if sp and base else "-")
+            probe = not r.checked
+            same_work = base is not None and (base.bytes, base.flops, base.items) == (r.bytes, r.flops, r.items)
+            row.append(f"{base.median / sp.median:.2f}x" if sp and same_work and not probe else "-")
             diff = fmt_diff(r.max_abs_diff)
             row.append(diff if r.ok else f"{diff} MISMATCH")
             fl = r.floor_s
-            row.append(f"{fl / sp.median * 100:.1f} %" if sp and fl else "-")
+            row.append(f"{fl / sp.median * 100:.1f} %" if sp and fl and not probe else "-")
             notes = [r.note] if r.note else []
             if r.error:
                 notes.append(r.error)
             notes += [f"{k}={v}" for k, v in r.extra.items()]
             row.append("; ".join(notes))
             rows.append(row)
-        first = rs[0]
+        first = next((r for r in rs if r.floor_bytes_s is not None or r.floor_flops_s is not None), None)
         floor = ""
-        if first.floor_bytes_s is not None or first.floor_flops_s is not None:
+        if first is not None and len({(r.floor_bytes_s, r.floor_flops_s) for r in shown if r.times}) <= 1:
             floor = (f" | floor: bytes {fmt_time(first.floor_bytes_s)}, FLOPs {fmt_time(first.floor_flops_s)}"
                      " (measured this run; 'floor' column = floor / median)")
-        skipped = [f"{r.impl} ({r.skipped})" for r in rs if r.skipped is not None]
+        skipped = list(dict.fromkeys(f"{r.impl} ({r.skipped})" for r in rs if r.skipped is not None))
         footer = ("skipped: " + "; ".join(skipped)) if skipped else None
+        if not rows:
+            print(f"{suite}: {workload}: nothing could run here; {footer}", file=file or sys.stdout)
+            continue
         print_table(f"{suite}: {workload}{floor}", headers, rows, footer, file)
 
 
@@ -131,12 +139,16 @@ def environment(device: Any) -> dict[str, Any]:
         if m is not None:
             env[mod.split(".")[0]] = getattr(m, "__version__", "?")
     if device.type == "gpu":
-        torch = sys.modules.get("torch")
         try:
-            if torch is not None and torch.cuda.is_available():
-                env["gpu"] = torch.cuda.get_device_name(device.index)
-        except Exception:  # noqa: BLE001
+            q = subprocess.run(["nvidia-smi", f"--id={device.index}", "--query-gpu=name,driver_version,memory.total",
+                                "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+            if q.returncode == 0:
+                env["gpu"] = q.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
             pass
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            env["torch_cuda"] = getattr(torch.version, "cuda", None)
     return env
 
 

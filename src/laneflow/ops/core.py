@@ -97,13 +97,19 @@ def normalize_axes(axis: Any, ndim: int, op: str) -> tuple:
     return (normalize_axis(axis, ndim, op),)
 
 
+def as_int(v: Any, what: str, op: str) -> int:
+    """An integer argument (a Python or numpy int; floats and bools are refused, as numpy does)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{op}: {what} must be an int, got {v!r} of type {type(v).__name__}")
+    return int(v)
+
+
 def check_shape(shape: Any, op: str) -> tuple:
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape),)
-    try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError:
-        raise TypeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}") from None
+    if not isinstance(shape, (tuple, list, np.ndarray)):
+        raise TypeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}")
+    shape = tuple(as_int(s, f"each size in shape {tuple(shape)}", op) for s in shape)
     if any(s < 0 for s in shape):
         raise ValueError(f"{op}: negative dimension in shape {shape}")
     return shape

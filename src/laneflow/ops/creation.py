@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from ..device import Device
+from ..device import Device, as_device
 from .core import check_shape, constant, node, stream_of
 from .primitives import Arange, Eye, Full, Linspace
 
@@ -17,7 +17,9 @@ from .primitives import Arange, Eye, Full, Linspace
 def _stream(device: Any, stream: Any, op: str):
     if device is not None and stream is not None:
         raise ValueError(f"{op}: give device= or stream=, not both")
-    return stream_of(device if device is not None else stream, op)
+    if device is not None:
+        return stream_of(as_device(device, f"{op}: bad device={device!r}"), op)
+    return stream_of(stream, op)
 
 
 def _dtype(dtype: Any, op: str) -> np.dtype | None:
@@ -59,58 +61,74 @@ def asarray(obj: Any, dtype: Any = None, device: Device | str | None = None, *, 
     return array(obj, dtype, device, stream=stream)
 
 
-def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, *, stream: Any = None) -> Array:
-    """An array of ``shape`` filled with ``fill_value`` (dtype inferred from it when not given)."""
-    st = _stream(device, stream, "full")
-    shape = check_shape(shape, "full")
-    to = _dtype(dtype, "full")
+def _full(op: str, shape: Any, fill_value: Any, dtype: Any, device: Any, stream: Any) -> Array:
+    st = _stream(device, stream, op)
+    shape = check_shape(shape, op)
+    to = _dtype(dtype, op)
     if to is None:
-        to = dt.result_type(np.asarray(fill_value).dtype) if not isinstance(fill_value, (bool, int, float)) else \
-            dt.dtype(type(fill_value))
+        to = _dtype(type(fill_value) if isinstance(fill_value, (bool, int, float)) else np.asarray(fill_value).dtype, op)
     try:
         with np.errstate(all="ignore"):
             value = np.array(fill_value, dtype=to)
     except (TypeError, ValueError, OverflowError) as e:
-        raise type(e)(f"full: cannot fill a {to} array with {fill_value!r}: {e}") from None
+        raise type(e)(f"{op}: cannot fill a {to} array with {fill_value!r}: {e}") from None
     if value.ndim:
-        raise ValueError(f"full: fill_value must be a scalar, got shape {value.shape}")
-    return node(Full(value[()], "full"), (), shape, to, st)
+        raise ValueError(f"{op}: fill_value must be a scalar, got shape {value.shape}")
+    return node(Full(value[()], op), (), shape, to, st)
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None, *, stream: Any = None) -> Array:
+    """An array of ``shape`` filled with ``fill_value`` (dtype inferred from it when not given)."""
+    return _full("full", shape, fill_value, dtype, device, stream)
 
 
 def zeros(shape: Any, dtype: Any = dt.float64, device: Any = None, *, stream: Any = None) -> Array:
     """An array of zeros (float64 by default, as numpy)."""
-    return full(shape, 0, dtype if dtype is not None else dt.float64, device, stream=stream)
+    return _full("zeros", shape, 0, dtype if dtype is not None else dt.float64, device, stream)
 
 
 def ones(shape: Any, dtype: Any = dt.float64, device: Any = None, *, stream: Any = None) -> Array:
     """An array of ones (float64 by default, as numpy)."""
-    return full(shape, 1, dtype if dtype is not None else dt.float64, device, stream=stream)
+    return _full("ones", shape, 1, dtype if dtype is not None else dt.float64, device, stream)
 
 
 def _like(x: Any, dtype: Any, op: str) -> tuple:
-    if not isinstance(x, Array):
-        x = np.asarray(x)
-    return x.shape, dt.dtype(dtype) if dtype is not None else dt.dtype(x.dtype)
+    """Shape and dtype of x (an Array or array-like host data), the dtype overridden by ``dtype``."""
+    if isinstance(x, Array):
+        return x.shape, x.dtype if dtype is None else _dtype(dtype, op)
+    host = np.asarray(x)
+    return host.shape, _dtype(dt.wider(host.dtype) or host.dtype if dtype is None else dtype, op)
 
 
 def zeros_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+    """Zeros with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "zeros_like")
-    return full(shape, 0, to, stream=stream)
+    return _full("zeros_like", shape, 0, to, None, stream)
 
 
 def ones_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+    """Ones with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "ones_like")
-    return full(shape, 1, to, stream=stream)
+    return _full("ones_like", shape, 1, to, None, stream)
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+    """``fill_value`` with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "full_like")
-    return full(shape, fill_value, to, stream=stream)
+    return _full("full_like", shape, fill_value, to, None, stream)
 
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, device: Any = None, *,
            stream: Any = None) -> Array:
-    """Evenly spaced values in [start, stop), as ``np.arange``."""
+    """Evenly spaced values in [start, stop), as ``np.arange``.
+
+    Element i is ``start + i * step`` computed exactly (integers) or in float64, then converted to
+    ``dtype`` once (floats round to nearest, integers truncate towards zero). numpy instead converts
+    the first two values to ``dtype`` and repeats their difference, so with a fractional step it can
+    drift (``np.arange(0, 3, 0.1, dtype=np.float16)``) or give surprising integers
+    (``np.arange(-1, 1, 0.5, dtype=np.int32)`` is ``[-1, 0, 1, 2]``; laneflow gives ``[-1, 0, 0, 0]``).
+    With an integer step, or without ``dtype``, the results are numpy's.
+    """
     st = _stream(device, stream, "arange")
     if stop is None:
         start, stop = 0, start

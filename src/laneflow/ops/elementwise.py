@@ -34,8 +34,9 @@ def _check_scalar_fits(name: str, value: Any, dtype: np.dtype) -> None:
 
 
 def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with: np.ufunc | None = None,
-          result: np.dtype | None = None) -> Array:
-    """Build an elementwise node. ``infer_with`` is the numpy ufunc whose loop resolution gives the dtype."""
+          result: np.dtype | None = None, check=None) -> Array:
+    """Build an elementwise node. ``infer_with`` is the numpy ufunc whose loop resolution gives the dtype;
+    ``check(dtype)``, when given, may refuse the arguments once the result dtype is known."""
     st = stream_of(stream, name)
     datas, operands, infer = [], [], []
     for a in args:
@@ -64,6 +65,8 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
         for o in operands:
             if isinstance(o, Scalar):
                 _check_scalar_fits(name, o.value, dtype)
+    if check is not None:
+        check(dtype)
     return node(Elementwise(name, fn or name, tuple(operands)), datas, shape, dtype, st)
 
 
@@ -91,7 +94,23 @@ multiply = _binary("multiply")
 divide = _binary("divide")
 floor_divide = _binary("floor_divide")
 remainder = _binary("remainder")
-power = _binary("power")
+
+
+def power(a: Any, b: Any, /, *, stream: Any = None) -> Array:
+    """Elementwise ``a ** b`` with broadcasting (numpy's ``np.power``).
+
+    Integer results need non-negative exponents, as in numpy: a negative Python int exponent is
+    refused here (ValueError); a negative value in an integer exponent array fails when the op runs
+    (lf.ExecutionError at the eval that needs it).
+    """
+    def check(dtype: np.dtype) -> None:
+        if dtype.kind in "iu" and _is_weak(b) and not isinstance(b, bool) and b < 0:
+            raise ValueError(f"power: integers to negative integer powers are not allowed ({dtype} ** {b}); "
+                             "use a float base or exponent, e.g. x.astype(lf.float32) ** -1")
+
+    return apply("power", (a, b), stream, fn="power", infer_with=np.power, check=check)
+
+
 maximum = _binary("maximum")
 minimum = _binary("minimum")
 equal = _binary("equal")

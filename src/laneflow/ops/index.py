@@ -21,11 +21,18 @@ def _dummy(shape: tuple, dtype=np.int8) -> np.ndarray:
 
 
 def _normalize(op: str, index: Any, d, st) -> tuple[tuple, list]:
-    """Index entries for the primitive, and the integer index arrays (inputs)."""
+    """Index entries for the primitive, and the integer index arrays (inputs).
+
+    Index arrays given as host data (lists, numpy arrays, numpy boolean masks) are known now, so
+    they are checked against the array's shape now, as numpy does; laneflow index arrays are
+    checked when the op runs.
+    """
     if not isinstance(index, tuple):
         index = (index,)
     arrays: list = []
     entries: list = []
+    hosts: dict[int, np.ndarray] = {}  # array number -> host integer indices
+    masks: dict[int, np.ndarray] = {}  # array number of a mask's first dimension -> the mask
     for e in index:
         if e is None or e is Ellipsis or isinstance(e, slice):
             entries.append(e)
@@ -38,20 +45,25 @@ def _normalize(op: str, index: Any, d, st) -> tuple[tuple, list]:
                 a = operand(e, st, op)
             else:
                 host = np.asarray(e)
+                if host.dtype == np.bool_ and not host.ndim:
+                    raise TypeError(f"{op}: a boolean scalar index is not supported")
                 if host.dtype == np.bool_:
                     # A host mask is static: turn it into integer index arrays now.
+                    masks[len(arrays)] = host
                     for nz in np.nonzero(host):
                         arrays.append(constant(nz.astype(np.int64), st, op=op))
                         entries.append(("array", len(arrays) - 1))
                     continue
                 if host.size == 0:
                     host = host.astype(np.int64)
-                a = constant(host, st, op=op)
+                if host.dtype.kind in "iu":
+                    hosts[len(arrays)] = host
+                a = constant(host, st, op=op) if host.dtype.kind in "iu" else None
+            if a is None or (not dt.is_integer(a.dtype) and a.dtype != dt.bool_):
+                raise IndexError(f"{op}: index arrays must have an integer dtype, got {np.asarray(e).dtype}")
             if a.dtype == dt.bool_:
                 raise TypeError(f"{op}: boolean mask indexing with an lf.Array has a data-dependent shape; "
                                 "use lf.where(mask, x, other) or integer index arrays")
-            if not dt.is_integer(a.dtype):
-                raise IndexError(f"{op}: index arrays must have an integer dtype, got {a.dtype}")
             arrays.append(a)
             entries.append(("array", len(arrays) - 1))
         else:
@@ -66,7 +78,27 @@ def _normalize(op: str, index: Any, d, st) -> tuple[tuple, list]:
     if Ellipsis in entries:
         k = entries.index(Ellipsis)
         entries[k:k + 1] = [slice(None)] * (nd - used)
+    _check_host_indices(op, entries, hosts, masks, d)
     return tuple(entries), arrays
+
+
+def _check_host_indices(op: str, entries: list, hosts: dict, masks: dict, d) -> None:
+    dim = 0
+    for e in entries:
+        if e is None:
+            continue
+        if isinstance(e, tuple):
+            n = d.shape[dim]
+            mask = masks.get(e[1])
+            if mask is not None and mask.shape != d.shape[dim:dim + mask.ndim]:
+                raise IndexError(f"{op}: boolean index of shape {mask.shape} does not match the array "
+                                 f"{describe(d)} at axis {dim}")
+            host = hosts.get(e[1])
+            if host is not None and host.size and not (-n <= host.min() and host.max() < n):
+                bad = host.max() if host.max() >= n else host.min()
+                raise IndexError(f"{op}: index {bad} is out of bounds for axis {dim} with size {n} "
+                                 f"(array {describe(d)})")
+        dim += 1
 
 
 def _indexed_shape(op: str, d, entries: tuple, arrays: list) -> tuple:
@@ -137,25 +169,33 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
 def take(a: Any, indices: Any, axis: int | None = None, *, stream: Any = None) -> Array:
     """Elements of ``a`` at integer ``indices`` along ``axis`` (None: of the flattened array).
 
-    Negative indices count from the end; out-of-range indices raise IndexError at evaluation.
+    Negative indices count from the end. Out-of-range host indices (lists, numpy arrays) raise
+    IndexError here; out-of-range laneflow indices raise lf.ExecutionError at the eval that runs it.
     """
     st = stream_of(stream, "take")
     d = operand(a, st, "take")
+    host = None
     if isinstance(indices, Array):
         i = operand(indices, st, "take")
     else:
         host = np.asarray(indices)
-        i = constant(host.astype(np.int64) if host.size == 0 else host, st, op="take")
+        if host.size == 0:
+            host = host.astype(np.int64)
+        if host.dtype.kind not in "iu":
+            raise IndexError(f"take: indices must have an integer dtype, got {host.dtype}")
+        i = constant(host, st, op="take")
     if not dt.is_integer(i.dtype):
         raise IndexError(f"take: indices must have an integer dtype, got {i.dtype}")
     if axis is None:
-        if d.size == 0 and i.size:
-            raise IndexError("take: cannot take from an empty array")
-        shape = i.shape
-        ax = None
+        n, shape, ax = d.size, i.shape, None
     else:
         ax = normalize_axis(axis, len(d.shape), "take")
-        if d.shape[ax] == 0 and i.size:
-            raise IndexError(f"take: cannot take from empty axis {ax} of {describe(d)}")
-        shape = d.shape[:ax] + i.shape + d.shape[ax + 1:]
+        n, shape = d.shape[ax], d.shape[:ax] + i.shape + d.shape[ax + 1:]
+    if host is not None and host.size and not (-n <= host.min() and host.max() < n):
+        bad = host.max() if host.max() >= n else host.min()
+        where = "the flattened array" if ax is None else f"axis {ax}"
+        raise IndexError(f"take: index {bad} is out of bounds for {where} of size {n} (array {describe(d)})")
+    if n == 0 and i.size:
+        raise IndexError(f"take: cannot take from {'an empty array' if ax is None else f'empty axis {ax}'} "
+                         f"of {describe(d)}")
     return node(Take(ax), (d, i), shape, d.dtype, st)

@@ -50,12 +50,16 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
 
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
-    """Sum over ``axis`` (None: all). Integer and bool inputs sum in int64, as numpy does."""
+    """Sum over ``axis`` (None: all).
+
+    Bool and integer inputs sum in int64, as numpy does for signed ones (numpy sums unsigned ones in
+    uint64, which laneflow lacks). float16 and bfloat16 accumulate in float32 and round once at the end.
+    """
     return _reduce("sum", x, axis, keepdims, stream)
 
 
 def prod(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:
-    """Product over ``axis`` (None: all)."""
+    """Product over ``axis`` (None: all); integer and bool inputs give int64, half types accumulate in float32."""
     return _reduce("prod", x, axis, keepdims, stream)
 
 
@@ -70,7 +74,8 @@ def min(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None)
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:
-    """Arithmetic mean over ``axis``; integers give float64."""
+    """Arithmetic mean over ``axis``; integers give float64, half types accumulate in float32.
+    The mean of an empty slice is NaN (numpy also warns)."""
     return _reduce("mean", x, axis, keepdims, stream)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import describe, node, normalize_axis, operand, stream_of
+from .core import as_int, check_shape, describe, node, normalize_axis, operand, stream_of
 from .primitives import AsType, BroadcastTo, Concatenate, Reshape, Transpose
 
 
@@ -18,7 +18,12 @@ def _same(d, st) -> Array:
 
 
 def astype(x: Any, dtype: Any, *, stream: Any = None) -> Array:
-    """A copy cast to ``dtype`` (numpy's unsafe casting: floats truncate towards zero into ints)."""
+    """A copy cast to ``dtype`` (numpy's unsafe casting: floats truncate towards zero into ints,
+    integers wrap around, nonzero becomes True).
+
+    As in C and numpy, converting NaN, infinity or a float outside the integer dtype's range (a
+    negative float into uint8, say) gives an unspecified value, which may differ between devices.
+    """
     st = stream_of(stream, "astype")
     d = operand(x, st, "astype")
     try:
@@ -34,12 +39,11 @@ def reshape(x: Any, shape: Any, *, stream: Any = None) -> Array:
     """Same elements, new shape (row-major order). One dimension may be -1."""
     st = stream_of(stream, "reshape")
     d = operand(x, st, "reshape")
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
-    try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError:
-        raise TypeError(f"reshape: shape must be a sequence of ints, got {shape!r}") from None
+    if not isinstance(shape, (tuple, list, np.ndarray)):
+        raise TypeError(f"reshape: shape must be an int or a sequence of ints, got {shape!r}")
+    shape = tuple(as_int(s, f"each size in shape {tuple(shape)}", "reshape") for s in shape)
     n = d.size
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"reshape: invalid shape {shape}: at most one -1 and no other negative sizes")
@@ -130,10 +134,10 @@ def broadcast_to(x: Any, shape: Any, *, stream: Any = None) -> Array:
     """Repeat ``x`` along new or size-1 axes to ``shape`` (numpy broadcasting rules)."""
     st = stream_of(stream, "broadcast_to")
     d = operand(x, st, "broadcast_to")
+    shape = check_shape(shape, "broadcast_to")
     try:
-        shape = tuple(int(s) for s in ((shape,) if isinstance(shape, (int, np.integer)) else shape))
         ok = np.broadcast_shapes(d.shape, shape) == shape
-    except (TypeError, ValueError):
+    except ValueError:
         ok = False
     if not ok:
         raise ValueError(f"broadcast_to: cannot broadcast an array {describe(d)} to shape {shape}")
@@ -197,10 +201,9 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0, *, stream: Any = None
             raise ValueError(f"split: axis {ax} of size {n} does not divide into {k} equal sections")
         bounds = [i * (n // k) for i in range(k + 1)]
     else:
-        try:
-            idx = [int(i) for i in indices_or_sections]
-        except TypeError:
-            raise TypeError(f"split: expected an int or a sequence of ints, got {indices_or_sections!r}") from None
+        if not isinstance(indices_or_sections, (list, tuple, np.ndarray)):
+            raise TypeError(f"split: expected an int or a sequence of ints, got {indices_or_sections!r}")
+        idx = [as_int(i, "each split index", "split") for i in indices_or_sections]
         bounds = [0] + idx + [n]
     base = Array._wrap(d)
     pre = (slice(None),) * ax

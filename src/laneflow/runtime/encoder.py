@@ -73,6 +73,7 @@ class CommandEncoder:
         stats = STATS
         sid = self.stream_id
         elided = 0
+        dups = None  # lane -> points on it that a later point on it implies
         raw = waw = war = 0
         for b in reads:
             w = b.writer
@@ -85,7 +86,7 @@ class CommandEncoder:
                     if wl.stream_id == sid:
                         producers.append(wl)
                 else:  # keep only the latest point per lane: the earlier one is implied
-                    elided += 1
+                    dups = _dup(dups, wl)
                     if w.seq > old.seq:
                         deps[wl] = w
         for b in writes:
@@ -101,7 +102,7 @@ class CommandEncoder:
                 if old is None:
                     deps[pl] = p
                 else:
-                    elided += 1
+                    dups = _dup(dups, pl)
                     if p.seq > old.seq:
                         deps[pl] = p
         stats.raw += raw
@@ -110,6 +111,12 @@ class CommandEncoder:
 
         if lane is None:
             lane = self.policy.choose(self.lanes, producers)
+        if dups is not None:  # implied points on other lanes are elided waits; on this lane, program order
+            for dl, n in dups.items():
+                if dl is lane:
+                    stats.same_lane_deps += n
+                else:
+                    elided += n
         clock = lane.clock
         changed = None
         for dl, p in deps.items():
@@ -147,3 +154,10 @@ class CommandEncoder:
             sink.enqueued(lane, cmd)
         lane.submit(cmd)
         return point
+
+
+def _dup(dups: dict | None, lane: Lane) -> dict:
+    if dups is None:
+        dups = {}
+    dups[lane] = dups.get(lane, 0) + 1
+    return dups

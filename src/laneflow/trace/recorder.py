@@ -45,10 +45,10 @@ class Trace:
     def __init__(self, timeout: float | None = 60.0):
         self.timeout = timeout
         self.start = 0.0
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[int, int], list] = {}  # (lane id, seq) -> [lane, op, enqueue]
-        self._done: list[TraceEvent] = []
-        self._deferred: list[tuple[list, Callable[[], tuple[float, float]]]] = []
+        self._pending: dict[tuple[int, int], tuple] = {}  # (lane id, seq) -> (lane, op, enqueue, seq)
+        self._raw: list[tuple[tuple, float, float]] = []  # (enqueue record, start, end)
+        self._events: list[TraceEvent] | None = None
+        self._deferred: list[tuple[tuple, Callable[[], tuple[float, float]]]] = []
         self._accepting = False
         self._used = False
 
@@ -78,11 +78,10 @@ class Trace:
         self._resolve_device_times()
 
     def _wait_for_pending(self) -> None:
-        with self._lock:
-            last: dict[int, tuple[Any, int]] = {}
-            for (lane_id, seq), rec in self._pending.items():
-                if seq > last.get(lane_id, (None, 0))[1]:
-                    last[lane_id] = (rec[0], seq)
+        last: dict[int, tuple[Any, int]] = {}
+        for (lane_id, seq), rec in list(self._pending.items()):
+            if seq > last.get(lane_id, (None, 0))[1]:
+                last[lane_id] = (rec[0], seq)
         for lane, seq in last.values():
             if not lane.host_wait(seq, self.timeout):
                 warnings.warn(f"trace: {lane.name} did not finish command {seq} within {self.timeout} s; "
@@ -96,30 +95,27 @@ class Trace:
                 warnings.warn(f"trace: no device times for {rec[1]} on {rec[0].name}: {e}", RuntimeWarning,
                               stacklevel=3)
                 continue
-            self._done.append(self._event(rec, start, end))
+            self._raw.append((rec, start, end))
         self._deferred.clear()
         self._pending.clear()
 
     # -- the sink the runtime calls (see laneflow.runtime.tracing) -----------------------------
+    # Kept cheap: raw tuples here, TraceEvent objects only when .events is read.
     def enqueued(self, lane: Any, cmd: Any) -> None:
         if self._accepting:
-            rec = [lane, cmd.op, time.perf_counter(), cmd.seq]
-            with self._lock:
-                self._pending[(lane.id, cmd.seq)] = rec
+            self._pending[(lane.id, cmd.seq)] = (lane, cmd.op, time.perf_counter(), cmd.seq)
 
     def ran(self, lane: Any, seq: int, start: float, end: float) -> None:
-        with self._lock:
-            rec = self._pending.pop((lane.id, seq), None)
-            if rec is not None:
-                self._done.append(self._event(rec, start, end))
+        rec = self._pending.pop((lane.id, seq), None)  # dict ops are atomic: no lock on the hot path
+        if rec is not None:
+            self._raw.append((rec, start, end))
 
     def ran_on_device(self, lane: Any, seq: int, resolve: Callable[[], tuple[float, float]]) -> None:
-        with self._lock:
-            rec = self._pending.pop((lane.id, seq), None)
-            if rec is not None:
-                self._deferred.append((rec, resolve))
+        rec = self._pending.pop((lane.id, seq), None)
+        if rec is not None:
+            self._deferred.append((rec, resolve))
 
-    def _event(self, rec: list, start: float, end: float) -> TraceEvent:
+    def _event(self, rec: tuple, start: float, end: float) -> TraceEvent:
         lane, op, enq, seq = rec
         t0 = self.start
         return TraceEvent(op=op, lane=lane.name, device=str(lane.device), stream=lane.stream_id,
@@ -129,8 +125,9 @@ class Trace:
     @property
     def events(self) -> list[TraceEvent]:
         """Recorded commands, ordered by start time."""
-        with self._lock:
-            return sorted(self._done, key=lambda e: (e.start, e.lane, e.seq))
+        if self._events is None or len(self._events) != len(self._raw):
+            self._events = sorted((self._event(*r) for r in list(self._raw)), key=lambda e: (e.start, e.lane, e.seq))
+        return list(self._events)
 
     @property
     def lanes(self) -> list[str]:
@@ -170,7 +167,7 @@ class Trace:
         plot(self.events, path, title=title)
 
     def __repr__(self) -> str:
-        state = "recording" if tracing.active is self else f"{len(self._done)} events"
+        state = "recording" if tracing.active is self else f"{len(self._raw)} events"
         return f"<Trace {state}>"
 
 

@@ -22,6 +22,8 @@ class CPUBackend(Backend):
     default_lanes = max(2, min(4, os.cpu_count() or 2))
 
     def create_lanes(self, device: Any, stream_id: int, count: int) -> list[ThreadLane]:
+        if count > 1:
+            _limit_blas_threads()
         return [ThreadLane(device, stream_id, k) for k in range(count)]
 
     def allocate(self, device: Any, shape: tuple, dtype: np.dtype, op: str) -> Buffer:
@@ -40,6 +42,26 @@ class CPUBackend(Backend):
 
     def kernel(self, kind: str):
         return _KERNELS[kind]
+
+
+_blas_limited = False
+
+
+def _limit_blas_threads() -> None:
+    """Lanes are the CPU backend's parallelism. BLAS threads on top of them oversubscribe the cores,
+    and OpenBLAS then stalls concurrent callers (measured on 2 cores with 2-4 lanes: 4-400 ms stalls
+    for GEMMs that take 0.1 ms alone). So once a multi-lane CPU stream exists, BLAS runs one thread
+    per call: process-wide, set ``LANEFLOW_CPU_BLAS_THREADS`` to choose another count (0: leave BLAS alone).
+    """
+    global _blas_limited
+    if _blas_limited:
+        return
+    _blas_limited = True
+    n = int(os.environ.get("LANEFLOW_CPU_BLAS_THREADS", "1"))
+    if n > 0:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(n, user_api="blas")
 
 
 def _free_host_bytes() -> int | None:

@@ -129,6 +129,7 @@ class Memory:
         with self.ctx.lock:
             self.ctx.ensure_current()
             self.collect()
+            self.ctx.synchronize()  # queued frees have run once this returns
         a = cu.CUmemPool_attribute
         out = {}
         for key, attr in (("used", a.CU_MEMPOOL_ATTR_USED_MEM_CURRENT), ("reserved", a.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),

@@ -153,7 +153,7 @@ def branches(case, device, lanes):
     parts = [lambda i=i: torch.tanh(torch.matmul(x, ws[i], out=hs[i]), out=hs[i]) for i in range(B)]
 
     def combine():
-        torch.stack(hs).sum(0, out=acc)
+        torch.sum(torch.stack(hs), 0, out=acc)
         return acc
 
     def serial():

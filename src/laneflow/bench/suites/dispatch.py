@@ -32,8 +32,25 @@ def run(ctx):
     chain = chain_program(n)
     rows = lfi.modes(case, ctx.device, ctx.lanes, chain, [x])
     if lfi.unavailable(ctx.device) is None:
-        rows += [_eval_each(case, ctx.device, n, x), _traced(case, ctx.device, chain, x), _hook_off(case, n)]
-    return ctx.run_case(case, "dispatch", rows)
+        rows += [lfi.guard(case, "laneflow eval each op", 1, lambda: _eval_each(case, ctx.device, n, x)),
+                 lfi.guard(case, "laneflow eager, tracing on", 1, lambda: _traced(case, ctx.device, chain, x)),
+                 _hook_off(case, n)]
+    results = ctx.run_case(case, "dispatch", rows)
+    _relate(results)
+    return results
+
+
+def _relate(results) -> None:
+    """Put tracing's cost next to the untraced chain: per op, and as a share of laneflow's per-op cost."""
+    base = next((r for r in results if r.impl == "laneflow eager" and r.lanes == 1 and r.times), None)
+    if base is None:
+        return
+    per_op = base.median / base.items
+    for r in results:
+        if r.times and r.impl in ("laneflow eager, tracing on", "trace hook alone, tracing off"):
+            extra = r.median / r.items - (per_op if r.checked else 0.0)
+            r.extra["added_per_op_ns"] = round(extra * 1e9, 1)
+            r.extra["share_of_untraced_per_op"] = f"{extra / per_op * 100:.2f} %"
 
 
 def _eval_each(case, device, n, x0) -> Impl:

@@ -18,7 +18,8 @@ def run(ctx):
     case = Case("fences", f"chain of {n} tiny adds, alternating streams", {"x": x}, x + np.float32(n),
                 items=n, item_name="hop", params={"n": n})
     why = lfi.unavailable(ctx.device)
-    rows = [lfi.skipped(case, "laneflow", why)] if why else [_chain(ctx.device, x, n, 1), _chain(ctx.device, x, n, 2)]
+    rows = [lfi.skipped(case, "laneflow", why)] if why else [
+        lfi.guard(case, f"laneflow {k} stream(s)", k, lambda k=k: _chain(ctx.device, x, n, k)) for k in (1, 2)]
     return ctx.run_case(case, "fences", rows)
 
 

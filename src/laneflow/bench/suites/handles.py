@@ -26,11 +26,14 @@ def run(ctx):
     for c in p["counts"]:
         x = normal(rng, (c, M, K), dt)
         w = normal(rng, (K, N), dt, 1 / np.sqrt(K))
-        case = Case("handles", f"{c} concurrent GEMMs {M}x{K} @ {K}x{N} {dt.name}", {"x": x, "w": w},
+        # One workload name for every c, so the report shows one table with a row per count.
+        case = Case("handles", f"c concurrent GEMMs {M}x{K} @ {K}x{N} {dt.name}, c = {p['counts']}",
+                    {"x": x, "w": w},
                     np.matmul(f32(x), f32(w)), bytes=(c * (M * K + M * N) + K * N) * dt.itemsize,
                     flops=2 * c * M * K * N, dtype=dt, params={"c": c})
         why = lfi.unavailable(ctx.device)
-        rows = [lfi.skipped(case, "laneflow", why)] if why else [_lanes(ctx.device, x, w, c)]
+        rows = [lfi.skipped(case, "laneflow", why)] if why else [
+            lfi.guard(case, f"laneflow {c} lanes", c, lambda: _lanes(ctx.device, x, w, c))]
         results += ctx.run_case(case, "handles", rows)
     return results
 
@@ -49,7 +52,7 @@ def _lanes(device, x, w, c: int) -> Impl:
     run()
     first = time.perf_counter() - t0
     after = device_used_bytes(device)
-    impl = Impl(f"laneflow {c} lanes", run, lfi.stacked, lanes=c, close=s.close,
+    impl = Impl(f"laneflow {c} lane{'s' if c > 1 else ''}", run, lfi.stacked, lanes=c, close=s.close,
                 note="one stream; first run includes stream creation")
     impl.extra = {"first_run_ms": round(first * 1e3, 3),
                   "memory_growth_MiB": None if before is None else round((after - before) / 2**20, 2)}

@@ -98,6 +98,9 @@ def conv(expr: str, src: np.dtype, dst: np.dtype) -> str:
 
 
 PREAMBLE = r"""
+#ifndef INFINITY
+#define INFINITY (__int_as_float(0x7f800000))
+#endif
 struct Dims { long long v[8]; };
 
 __device__ __forceinline__ float lf_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }

@@ -1,0 +1,292 @@
+"""Elementwise kernels (and astype): numpy's loop dtypes, broadcasting by strides, scalar operands
+passed as kernel arguments.
+
+The loop dtypes come from numpy's own resolution (``ufunc.resolve_dtypes``), so inputs are cast as
+numpy casts them; float16 and bfloat16 compute in float and round once when stored, as numpy's half
+loops do. Each operand is contiguous over the output, a single element, or strided (broadcast);
+dims that are contiguous for every operand are merged first, so most launches index linearly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .... import dtypes as dt
+from ....errors import LaneflowError
+from . import cdefs as C
+from .launch import grid_1d
+from .plan import MAXD, broadcast_strides, classify, collapse, contiguous_strides, offset_code
+
+_UFUNC = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "floor_divide": np.floor_divide, "remainder": np.remainder, "power": np.power,
+    "maximum": np.maximum, "minimum": np.minimum, "negative": np.negative, "abs": np.absolute,
+    "sign": np.sign, "exp": np.exp, "log": np.log, "log1p": np.log1p, "sqrt": np.sqrt,
+    "square": np.square, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "equal": np.equal,
+    "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
+    "greater_equal": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_not": np.logical_not, "isnan": np.isnan, "isfinite": np.isfinite,
+}
+_COMPARE = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">",
+            "greater_equal": ">="}
+_loop_cache: dict = {}
+
+
+def loop_dtypes(fn: str, operands: tuple, out: np.dtype) -> tuple[list, np.dtype]:
+    """(input loop dtypes, output loop dtype) numpy uses for fn on operands (dtypes or Python types)."""
+    key = (fn, operands, out)
+    hit = _loop_cache.get(key)
+    if hit is not None:
+        return hit
+    if fn == "where":
+        res = ([operands[0] if isinstance(operands[0], np.dtype) else dt.bool_, out, out], out)
+    elif fn in ("rsqrt", "sigmoid", "erf", "identity"):
+        res = ([out], out)
+    else:
+        uf = _UFUNC[fn]
+        dts = [o for o in operands if isinstance(o, np.dtype)]
+        view, had_bf = dt._numpy_view(dts)
+        it = iter(view)
+        args = tuple(next(it) if isinstance(o, np.dtype) else (np.dtype(bool) if o is bool else o) for o in operands)
+        try:
+            r = uf.resolve_dtypes(args + (None,))
+        except (TypeError, ValueError):
+            r = tuple(dt.ufunc_result(uf, tuple(operands)) for _ in range(len(operands) + 1))
+        r = [dt._map_back(np.dtype(x), had_bf) for x in r]
+        res = (r[:-1], r[-1])
+    _loop_cache[key] = res
+    return res
+
+
+def expr(fn: str, a: list[str], loop: list, out_loop: np.dtype) -> str:
+    """C expression (compute type of out_loop, or bool) for fn on compute values a."""
+    t = loop[-1] if fn == "where" else loop[0]
+    k = C.kind(t)
+    T = C.compute(t)
+    x = a[0]
+    y = a[1] if len(a) > 1 else None
+    if fn in _COMPARE:
+        return f"({x} {_COMPARE[fn]} {y})"
+    if fn == "identity":
+        return x
+    if fn == "add":
+        return f"({x} || {y})" if k == "b" else (f"({x} + {y})" if k == "f" else f"lf_wadd<{T}>({x}, {y})")
+    if fn == "subtract":
+        return f"({x} - {y})" if k == "f" else f"lf_wsub<{T}>({x}, {y})"
+    if fn == "multiply":
+        return f"({x} && {y})" if k == "b" else (f"({x} * {y})" if k == "f" else f"lf_wmul<{T}>({x}, {y})")
+    if fn == "divide":
+        return f"({x} / {y})"
+    if fn == "floor_divide":
+        return {"f": f"lf_floordiv_f<{T}>({x}, {y})", "i": f"lf_floordiv_i<{T}>({x}, {y})",
+                "u": f"lf_floordiv_u<{T}>({x}, {y})", "b": f"({x} && {y})"}[k]
+    if fn == "remainder":
+        return {"f": f"lf_mod_f<{T}>({x}, {y})", "i": f"lf_mod_i<{T}>({x}, {y})",
+                "u": f"lf_mod_u<{T}>({x}, {y})", "b": "false"}[k]
+    if fn == "power":
+        return f"lf_pow({x}, {y})" if k == "f" else f"lf_ipow<{T}>({x}, {y})"
+    if fn == "maximum":
+        return {"f": f"lf_max_nan<{T}>({x}, {y})", "b": f"({x} || {y})"}.get(k, f"({x} > {y} ? {x} : {y})")
+    if fn == "minimum":
+        return {"f": f"lf_min_nan<{T}>({x}, {y})", "b": f"({x} && {y})"}.get(k, f"({x} < {y} ? {x} : {y})")
+    if fn == "negative":
+        return f"(-{x})" if k == "f" else f"lf_wsub<{T}>(({T})0, {x})"
+    if fn == "abs":
+        return {"f": f"lf_abs({x})", "i": f"({x} < 0 ? lf_wsub<{T}>(({T})0, {x}) : {x})"}.get(k, x)
+    if fn == "sign":
+        return {"f": f"lf_sign_f<{T}>({x})", "i": f"(({T})(({x} > 0) - ({x} < 0)))",
+                "u": f"(({T})({x} > 0))"}.get(k, x)
+    if fn in ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "erf"):
+        return f"lf_{fn}({x})"
+    if fn == "square":
+        return f"({x} * {x})" if k == "f" else (f"({x} && {x})" if k == "b" else f"lf_wmul<{T}>({x}, {x})")
+    if fn == "rsqrt":
+        return f"(({T})1 / lf_sqrt({x}))"
+    if fn == "sigmoid":
+        return f"(({T})1 / (({T})1 + lf_exp(-{x})))"
+    if fn == "logical_and":
+        return f"(({x} != 0) && ({y} != 0))"
+    if fn == "logical_or":
+        return f"(({x} != 0) || ({y} != 0))"
+    if fn == "logical_not":
+        return f"({x} == 0)"
+    if fn == "isnan":
+        return f"({x} != {x})" if k == "f" else "false"
+    if fn == "isfinite":
+        return f"lf_isfinite({x})" if k == "f" else "true"
+    if fn == "where":
+        return f"(({x} != 0) ? {y} : {a[2]})"
+    raise LaneflowError(f"elementwise: the CUDA backend has no kernel for {fn!r}")
+
+
+def _result_dtype(fn: str, loop: list, out_loop: np.dtype) -> np.dtype:
+    """dtype whose compute type the expression yields."""
+    if fn in _COMPARE or fn in ("logical_and", "logical_or", "logical_not", "isnan", "isfinite"):
+        return dt.bool_
+    return out_loop
+
+
+def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_dt, out_loop, nd: int, wide: bool):
+    idx_t = "long long" if wide else "unsigned"
+    name = "lf_ew"
+    params = ["p"]
+    sig = [f"{C.storage(out_dt)}* __restrict__ out"]
+    body = []
+    vals = []
+    ai = 0
+    si = 0
+    for j, kd in enumerate(kinds):
+        lt = loop[j]
+        if kd == "S":  # scalar argument, already in the loop dtype
+            sig.append(f"{C.compute(lt)} s{si}")
+            params.append(C.PARAM[C.dname(lt)])
+            vals.append(f"s{si}")
+            si += 1
+            continue
+        src = in_dts[ai]
+        sig.append(f"const {C.storage(src)}* __restrict__ a{ai}")
+        params.append("p")
+        if kd == "c":
+            ref = f"a{ai}[i]"
+        elif kd == "s":
+            ref = f"a{ai}[0]"
+        else:
+            ref = f"a{ai}[o{ai}]"
+        body.append(f"  {C.compute(lt)} v{j} = {C.conv(C.load(ref, src), src, lt)};\n")
+        vals.append(f"v{j}")
+        ai += 1
+    strided = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
+    if strided:
+        sig.append("Dims shape")
+        params.append("D")
+        for k in strided:
+            sig.append(f"Dims st{k}")
+            params.append("D")
+    sig.append("long long n")
+    params.append("q")
+    e = expr(fn, vals, loop, out_loop)
+    res_dt = _result_dtype(fn, loop, out_loop)
+    store = C.store(C.conv(e, res_dt, out_dt), out_dt)
+    offs = ""
+    if strided:
+        # decompose i once, accumulate every strided operand's offset
+        offs += f"  {idx_t} " + ", ".join(f"o{k} = 0" for k in strided) + ";\n"
+        offs += f"  {{ {idx_t} rem_ = i;\n"
+        for d in range(nd - 1, -1, -1):
+            if d:
+                offs += f"    {{ {idx_t} c_ = rem_ % ({idx_t})shape.v[{d}]; rem_ /= ({idx_t})shape.v[{d}];"
+            else:
+                offs += f"    {{ {idx_t} c_ = rem_;"
+            offs += "".join(f" o{k} += c_ * ({idx_t})st{k}.v[{d}];" for k in strided) + " }\n"
+        offs += "  }\n"
+    src = (f'extern "C" __global__ void __launch_bounds__(256) {name}({", ".join(sig)}) {{\n'
+           f"  for ({idx_t} i = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; i < ({idx_t})n;"
+           f" i += ({idx_t})blockDim.x * gridDim.x) {{\n"
+           f"{offs}{''.join(body)}  out[i] = {store};\n  }}\n}}\n")
+    return src, name, "".join(params)
+
+
+def _scalar_value(value, lt: np.dtype):
+    with np.errstate(all="ignore"):
+        v = np.array(value).astype(lt)
+    if C.is_half(lt):
+        return float(v.astype(np.float32))
+    return v.item()
+
+
+def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
+    """out = fn(operands) where operands are DeviceArrays (by input index) or Scalars."""
+    n = out.size
+    if n == 0:
+        return
+    ctx = lane.ctx
+    op_types = tuple(ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands)
+    loop, out_loop = loop_dtypes(fn, op_types, out.dtype)
+    loop = list(loop)
+    if fn in _COMPARE:
+        loop = _widen_for_big_scalars(operands, loop)
+    arrays = [ins[o] for o in operands if o.__class__ is int]
+    shape = out.shape
+    sets = [broadcast_strides(a.shape, shape) for a in arrays]
+    cshape, csets = collapse(shape, sets)
+    if len(cshape) > MAXD:
+        raise LaneflowError(f"elementwise {fn}: more than {MAXD} non-mergeable dimensions")
+    kinds = []
+    ai = 0
+    for o in operands:
+        if o.__class__ is int:
+            kinds.append(classify(csets[ai], cshape))
+            ai += 1
+        else:
+            kinds.append("S")
+    kinds = tuple(kinds)
+    in_dts = tuple(a.dtype for a in arrays)
+    sc_dts = tuple(loop[j] for j, kd in enumerate(kinds) if kd == "S")
+    wide = n >= 2**31 - 2**20
+    nd = len(cshape)
+    strided_idx = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
+    spec = ("ew", fn, kinds, in_dts, tuple(loop), out.dtype, out_loop, nd if strided_idx else 0, wide)
+    kern = ctx.modules.get(spec, lambda: _build(fn, kinds, in_dts, loop, sc_dts, out.dtype, out_loop, nd, wide))
+    args = [out.ptr]
+    ai = 0
+    for j, o in enumerate(operands):
+        if o.__class__ is int:
+            args.append(arrays[ai].ptr)
+            ai += 1
+        else:
+            args.append(_scalar_value(o.value, loop[j]))
+    if strided_idx:
+        args.append(cshape)
+        for k in strided_idx:
+            args.append(csets[k])
+    args.append(n)
+    kern.launch(lane.stream, grid_1d(ctx, n), (256, 1, 1), tuple(args))
+
+
+def _py_type(v):
+    if isinstance(v, bool):
+        return bool
+    if isinstance(v, int):
+        return int
+    return float
+
+
+def _widen_for_big_scalars(operands, loop):
+    """numpy compares with Python ints outside the array's range by value: widen the loop."""
+    for j, o in enumerate(operands):
+        if o.__class__ is not int and isinstance(o.value, int) and not isinstance(o.value, bool):
+            lt = loop[j]
+            if lt.kind in "iu":
+                info = np.iinfo(lt)
+                if not info.min <= o.value <= info.max:
+                    wide = dt.float64 if any(C.kind(t) == "f" for t in loop) else dt.int64
+                    return [wide] * len(loop)
+    return loop
+
+
+def elementwise(lane, prim, ins, outs) -> None:
+    fn = prim.fn
+    if fn == "power":
+        _check_int_power(prim, ins, outs[0])
+    run(lane, fn, prim.operands, ins, outs[0])
+
+
+def astype(lane, prim, ins, outs) -> None:
+    run(lane, "identity", (0,), ins, outs[0])
+
+
+def _check_int_power(prim, ins, out) -> None:
+    """numpy refuses integers to negative integer powers; check what the host can see."""
+    if out.dtype.kind not in "iu":
+        return
+    e = prim.operands[1]
+    if e.__class__ is int:
+        h = ins[e].host
+        if h is not None and h.dtype.kind == "i" and h.size and h.min() < 0:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+    elif isinstance(e.value, int) and e.value < 0:
+        raise ValueError("Integers to negative integer powers are not allowed.")
+
+
+def contiguous(shape) -> tuple:  # re-exported for other kernel modules
+    return contiguous_strides(shape)

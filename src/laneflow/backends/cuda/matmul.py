@@ -1,0 +1,221 @@
+"""Matrix products through cuBLASLt (nvmath-python's bindings), with a plan cache.
+
+One cuBLASLt handle per device; each lane has its own workspace, so lanes never share one.
+Row-major ``C = A @ B`` is computed as the column-major ``C^T = B^T A^T``, which needs no
+transposes: the row-major buffers already are the column-major transposes. Batches use strided
+batching; an operand whose batch is a single matrix is broadcast with batch stride 0, any other
+broadcast is materialised first. A plan (descriptors, layouts, the algorithm the heuristic chose)
+is cached by dtype, shape, batch strides and the TF32 setting, so a repeated matmul is not re-planned.
+
+float16/bfloat16 accumulate in float32; float32 does not use TF32 unless enabled with
+:func:`set_allow_tf32` (or ``LANEFLOW_ALLOW_TF32=1``); float64 computes in float64. Integer and
+bool products run in a simple kernel with numpy's wrapping arithmetic.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from ... import dtypes as dt
+from ...errors import LaneflowError
+from .driver import check
+from .kernels import cdefs as C
+from .kernels.copy import strided_copy
+from .kernels.launch import grid_1d
+from .kernels.plan import broadcast_strides, contiguous_strides
+
+_allow_tf32 = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
+WORKSPACE_BYTES = 32 << 20
+_CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}  # cudaDataType_t
+
+
+def set_allow_tf32(allow: bool) -> None:
+    """Let float32 matmuls use TF32 tensor cores (faster, about 1e-3 relative error). Off by default."""
+    global _allow_tf32
+    _allow_tf32 = bool(allow)
+
+
+def _lt():
+    try:
+        from nvmath.bindings import cublas, cublasLt
+    except ImportError as e:
+        raise LaneflowError(f"matmul: nvmath-python is needed for GPU matmul ({e}); install laneflow[cuda]") from None
+    return cublas, cublasLt
+
+
+class _Plan:
+    __slots__ = ("desc", "a", "b", "c", "algo", "algo_ptr", "ws", "alpha", "beta", "keep")
+
+
+class MatmulLib:
+    """Per-device cuBLASLt state: the handle and the plan cache."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.cublas, self.lt = _lt()
+        ctx.ensure_current()
+        self.handle = self.lt.create()
+        self.plans: dict = {}
+
+    def workspace(self, lane) -> tuple[int, int]:
+        if lane.workspace is None:
+            lane.workspace = (self.ctx.memory.raw_alloc(WORKSPACE_BYTES, lane.stream, "matmul workspace"), WORKSPACE_BYTES)
+        return lane.workspace
+
+    def plan(self, dtype, m: int, n: int, k: int, batch: int, sa: int, sb: int) -> _Plan:
+        tf32 = _allow_tf32 and dtype == dt.float32
+        key = (dtype, m, n, k, batch, sa, sb, tf32)
+        p = self.plans.get(key)
+        if p is None:
+            p = self.plans[key] = self._make(dtype, m, n, k, batch, sa, sb, tf32)
+        return p
+
+    def _make(self, dtype, m, n, k, batch, sa, sb, tf32) -> _Plan:
+        lt, cublas = self.lt, self.cublas
+        ct = cublas.ComputeType
+        name = C.dname(dtype)
+        dtype_id = _CUDA_TYPE[name]
+        if name == "float64":
+            compute, scale, sdt = ct.COMPUTE_64F, 1, np.float64
+        else:
+            compute = ct.COMPUTE_32F_FAST_TF32 if tf32 else ct.COMPUTE_32F
+            scale, sdt = 0, np.float32
+        p = _Plan()
+        p.keep = []
+        p.desc = lt.matmul_desc_create(int(compute), scale)
+        # column-major view: D (n x m, ld n) = A' (n x k, ld n: our B) @ B' (k x m, ld k: our A)
+        p.a = self._layout(dtype_id, n, k, n, batch, sb)
+        p.b = self._layout(dtype_id, k, m, k, batch, sa)
+        p.c = self._layout(dtype_id, n, m, n, batch, m * n)
+        pref = lt.matmul_preference_create()
+        try:
+            self._set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref,
+                      lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, WORKSPACE_BYTES)
+            results = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
+            count = np.zeros(1, np.int32)
+            lt.matmul_algo_get_heuristic(self.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, results.ctypes.data,
+                                         count.ctypes.data)
+        finally:
+            lt.matmul_preference_destroy(pref)
+        if count[0] < 1:
+            raise LaneflowError(f"matmul: cuBLASLt has no algorithm for {dtype} ({m}x{k} @ {k}x{n}, batch {batch})")
+        p.algo = results
+        names = results.dtype.names or ()
+        off = results.dtype.fields["algo"][1] if "algo" in names else 0
+        p.algo_ptr = results.ctypes.data + off
+        p.ws = int(results["workspace_size"][0]) if "workspace_size" in names else WORKSPACE_BYTES
+        p.alpha = np.ones(1, sdt)
+        p.beta = np.zeros(1, sdt)
+        return p
+
+    def _layout(self, type_id: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> int:
+        lt = self.lt
+        lay = lt.matrix_layout_create(type_id, rows, cols, max(ld, 1))
+        if batch > 1:
+            A = lt.MatrixLayoutAttribute
+            self._set(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, lay, A.BATCH_COUNT, batch)
+            self._set(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, lay,
+                      A.STRIDED_BATCH_OFFSET, stride)
+        return lay
+
+    @staticmethod
+    def _set(setter, dtype_of, obj, attr, value) -> None:
+        buf = np.array([value], dtype=dtype_of(attr))
+        setter(obj, attr, buf.ctypes.data, buf.itemsize)
+
+    def run(self, lane, p: _Plan, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
+        ws_ptr, ws_size = self.workspace(lane)
+        self.lt.matmul(self.handle, p.desc, p.alpha.ctypes.data, b_ptr, p.a, a_ptr, p.b, p.beta.ctypes.data,
+                       c_ptr, p.c, c_ptr, p.c, p.algo_ptr, ws_ptr, ws_size, lane.handle)
+
+
+def _lib(ctx) -> MatmulLib:
+    lib = ctx.matmul
+    if lib is None:
+        lib = ctx.matmul = MatmulLib(ctx)
+    return lib
+
+
+def _operand(lane, x, dtype, batch_shape: tuple, mat: tuple, temps: list) -> tuple[int, int]:
+    """(pointer, batch stride) of x as `batch_shape + mat` in dtype, materialising only when needed."""
+    xb = x.shape[:-2] if len(x.shape) >= 2 else ()
+    xmat = mat
+    nb = 1
+    for s in xb:
+        nb *= s
+    msize = mat[0] * mat[1]
+    full = (1,) * (len(batch_shape) - len(xb)) + tuple(xb) == tuple(batch_shape)
+    if x.dtype == dtype and (nb == 1 or full):
+        return x.ptr, (0 if nb == 1 else msize)
+    # cast and/or broadcast into a temporary
+    nbatch = 1
+    for s in batch_shape:
+        nbatch *= s
+    keep_batch = not (nb == 1)
+    shape = (tuple(batch_shape) if keep_batch else ()) + xmat
+    total = 1
+    for s in shape:
+        total *= s
+    ptr = lane.ctx.memory.raw_alloc(max(1, total * dtype.itemsize), lane.stream, "matmul")
+    temps.append(ptr)
+    src_shape = (tuple(xb) if keep_batch else ()) + xmat
+    strided_copy(lane, ptr, dtype, x.ptr, x.dtype, shape, broadcast_strides(src_shape, shape), contiguous_strides(shape))
+    return ptr, (msize if keep_batch else 0)
+
+
+def matmul(lane, prim, ins, outs) -> None:
+    a, b = ins
+    out = outs[0]
+    if out.size == 0:
+        return
+    K = a.shape[-1]
+    M = a.shape[-2] if len(a.shape) >= 2 else 1
+    N = b.shape[-1] if len(b.shape) >= 2 else 1
+    batch_shape = np.broadcast_shapes(a.shape[:-2] if len(a.shape) >= 2 else (),
+                                      b.shape[:-2] if len(b.shape) >= 2 else ())
+    batch = 1
+    for s in batch_shape:
+        batch *= s
+    if K == 0:
+        check(cu.cuMemsetD8Async(out.ptr, 0, out.nbytes, lane.stream), "cuMemsetD8Async")
+        return
+    dtype = out.dtype
+    temps: list = []
+    try:
+        pa, sa = _operand(lane, a, dtype, batch_shape, (M, K), temps)
+        pb, sb = _operand(lane, b, dtype, batch_shape, (K, N), temps)
+        if C.dname(dtype) in _CUDA_TYPE:
+            lib = _lib(lane.ctx)
+            p = lib.plan(dtype, M, N, K, batch, sa, sb)
+            lib.run(lane, p, pa, pb, out.ptr)
+        else:
+            _int_matmul(lane, dtype, pa, sa, pb, sb, out.ptr, M, N, K, batch)
+    finally:
+        for t in temps:
+            lane.ctx.memory.raw_free(t, lane.stream)
+
+
+def _build_int(dtype):
+    T = C.compute(dtype)
+    acc = "bool" if dtype == dt.bool_ else T
+    step = "acc = acc || (x && y);" if dtype == dt.bool_ else f"acc = lf_wadd<{T}>(acc, lf_wmul<{T}>(x, y));"
+    st = C.storage(dtype)
+    src = (f'extern "C" __global__ void lf_imatmul({st}* __restrict__ c, const {st}* __restrict__ a, long long sa, '
+           f"const {st}* __restrict__ b, long long sb, long long M, long long N, long long K, long long total) {{\n"
+           "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;"
+           " i += (long long)blockDim.x * gridDim.x) {\n"
+           "    long long j = i % N, r = (i / N) % M, bt = i / (M * N);\n"
+           "    const " + st + "* ap = a + bt * sa + r * K; const " + st + "* bp = b + bt * sb + j;\n"
+           f"    {acc} acc = 0;\n"
+           f"    for (long long k = 0; k < K; ++k) {{ {T} x = ap[k]; {T} y = bp[k * N]; {step} }}\n"
+           "    c[i] = acc;\n  }\n}\n")
+    return src, "lf_imatmul", "ppqpqqqqq"
+
+
+def _int_matmul(lane, dtype, pa, sa, pb, sb, pc, M, N, K, batch) -> None:
+    total = batch * M * N
+    kern = lane.ctx.modules.get(("imatmul", dtype), lambda: _build_int(dtype))
+    kern.launch(lane.stream, grid_1d(lane.ctx, total), (256, 1, 1), (pc, pa, sa, pb, sb, M, N, K, total))

@@ -1,0 +1,123 @@
+"""The benchmark harness on tiny workloads: medians, spread, checking, errors, the JSON record."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+from laneflow.bench.floors import Floors
+from laneflow.bench.harness import Case, Impl, Spread, measure, run_impl
+from laneflow.bench.report import print_results, write_json
+from laneflow.bench.runner import Context
+
+
+def tiny_case(**kw) -> Case:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    return Case("tiny", "x + 1 (2x3 float32)", {"x": x}, x + 1, bytes=2 * x.nbytes, flops=x.size, **kw)
+
+
+def test_spread_median_and_quartiles():
+    sp = Spread.of([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (sp.median, sp.min, sp.max, sp.n) == (3.0, 1.0, 5.0, 5)
+    assert (sp.p25, sp.p75) == (2.0, 4.0)
+    assert sp.rel_iqr == pytest.approx(2.0 / 3.0)
+    assert Spread.of([7.0]).median == 7.0
+    with pytest.raises(ValueError):
+        Spread.of([])
+
+
+def test_measure_runs_warmup_then_repeats():
+    calls = []
+    impl = Impl("count", lambda: calls.append(1) or len(calls))
+    times, out = measure(impl, repeat=4, warmup=2)
+    assert len(times) == 4 and all(t >= 0 for t in times)
+    assert len(calls) == 6 and out == 6
+
+
+def test_measure_uses_the_device_timer_when_given():
+    class FixedTimer:
+        def start(self):
+            pass
+
+        def stop(self):
+            return 0.25
+    impl = Impl("timed", lambda: None, timer=FixedTimer())
+    times, _ = measure(impl, repeat=3)
+    assert times == [0.25, 0.25, 0.25]
+
+
+def test_measure_batches_tiny_runs_into_samples():
+    calls = []
+    impl = Impl("tiny", lambda: calls.append(1))
+    times, _ = measure(impl, repeat=2, warmup=1, min_sample_s=0.001)
+    assert len(times) == 2
+    assert len(calls) > 2 + 2  # each sample ran the workload several times
+
+
+def test_run_impl_checks_against_the_reference():
+    case = tiny_case()
+    x = case.inputs["x"]
+    ok = run_impl(case, Impl("numpy", lambda: x + 1), repeat=3)
+    assert ok.status == "ok" and ok.max_abs_diff == 0.0 and len(ok.times) == 3
+    bad = run_impl(case, Impl("off by one", lambda: x + 2), repeat=3)
+    assert bad.status == "mismatch" and not bad.ok and bad.max_abs_diff == 1.0
+
+
+def test_run_impl_records_errors_and_keeps_going():
+    def boom():
+        raise RuntimeError("kernel exploded")
+    r = run_impl(tiny_case(), Impl("broken", boom), repeat=3)
+    assert r.status == "error" and "kernel exploded" in r.error and r.times == []
+
+
+def test_laneflow_on_a_tiny_workload_through_the_context():
+    ctx = Context(device=lf.cpu, peers=["numpy"], repeat=3, quick=True, lanes=2)
+    case = tiny_case(items=1)
+    from laneflow.bench import laneflow_impls as lfi
+
+    rows = lfi.modes(case, lf.cpu, 2, lambda x: x + 1.0, [case.inputs["x"]])
+    results = ctx.run_case(case, "tiny", rows)
+    by = {(r.impl, r.lanes): r for r in results}
+    assert by[("laneflow eager", 1)].status == "ok"
+    assert by[("laneflow eager", 2)].status == "ok"
+    assert by[("numpy", None)].skipped  # the numpy peer has no "tiny" workload
+    assert all(r.floor_s is not None for r in results if r.times)  # floors measured on this device
+
+
+def test_json_record_schema(tmp_path):
+    case = tiny_case()
+    x = case.inputs["x"]
+    floors = Floors(lf.cpu, quick=True)
+    r = run_impl(case, Impl("numpy", lambda: x + 1, lanes=1), repeat=5, floors=floors)
+    path = tmp_path / "r.json"
+    write_json(str(path), suites=["tiny"], not_run={"handles": "needs a GPU"}, results=[r], device=lf.cpu,
+               args={"repeat": 5}, floors=floors)
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == "laneflow-bench/1" and doc["not_run"] == {"handles": "needs a GPU"}
+    assert doc["environment"]["numpy"] == np.__version__
+    assert doc["floors"]["bandwidth_GBps"] > 0
+    (row,) = doc["results"]
+    assert row["repeats"] == 5 and len(row["times_us"]) == 5
+    assert row["spread_us"]["p25"] <= row["median_us"] <= row["spread_us"]["p75"]
+    assert row["floor_us"] > 0 and 0 < row["fraction_of_floor"]
+    assert row["status"] == "ok" and row["matches"] is True
+
+
+def test_table_lists_every_row_and_skips_in_a_footnote():
+    case = tiny_case()
+    x = case.inputs["x"]
+    rs = [run_impl(case, Impl("laneflow eager", lambda: x + 1, lanes=1), repeat=3),
+          run_impl(case, Impl("other", lambda: x + 1, lanes=2), repeat=3)]
+    from laneflow.bench.harness import skipped
+
+    rs.append(skipped(case, "torch", "PyTorch not installed"))
+    buf = io.StringIO()
+    buf.isatty = lambda: False  # type: ignore[method-assign]
+    print_results("tiny", rs, file=buf)
+    text = buf.getvalue()
+    assert "laneflow eager" in text and "other" in text
+    assert "skipped: torch (PyTorch not installed)" in text
