@@ -139,12 +139,13 @@ _UFUNC_CACHE: dict[tuple, np.dtype] = {}
 
 
 def ufunc_result(ufunc: np.ufunc, operands: tuple) -> np.dtype:
-    """Output dtype of a numpy ufunc applied to operands (dtypes, or weak Python scalars).
+    """Output dtype of a numpy ufunc applied to operands (dtypes, or the types of weak Python scalars).
 
     Uses numpy's own loop resolution on empty arrays, so laneflow's output dtypes are numpy's.
     Raises numpy's TypeError (``UFuncTypeError``) when numpy has no loop for the inputs.
     """
-    key = (ufunc.__name__,) + tuple(o if isinstance(o, np.dtype) else type(o) for o in operands)
+    operands = tuple(o if isinstance(o, (np.dtype, type)) else type(o) for o in operands)
+    key = (ufunc.__name__,) + operands
     hit = _UFUNC_CACHE.get(key)
     if hit is not None:
         return hit
@@ -155,7 +156,7 @@ def ufunc_result(ufunc: np.ufunc, operands: tuple) -> np.dtype:
         dts = [common] * len(dts)
     view, had_bf = _numpy_view(dts)
     it = iter(view)
-    args = [np.empty(0, next(it)) if isinstance(o, np.dtype) else type(o)(1) for o in operands]
+    args = [np.empty(0, next(it)) if isinstance(o, np.dtype) else o(1) for o in operands]
     with np.errstate(all="ignore"):
         out = ufunc(*args)
     res = _map_back(np.asarray(out).dtype, had_bf)

@@ -19,6 +19,15 @@ def node(prim: Primitive, inputs: Sequence[ArrayData], shape: Shape, dtype: np.d
     return Array._wrap(ArrayData(tuple(shape), dtype, stream, prim, tuple(inputs)))
 
 
+def broadcast_shapes(shapes: list) -> tuple:
+    """numpy's broadcasting of shapes; the common all-equal case without numpy's overhead."""
+    first = shapes[0]
+    for s in shapes:
+        if s != first:
+            return np.broadcast_shapes(*shapes)
+    return first
+
+
 def to_stream(d: ArrayData, st, op: str) -> ArrayData:
     """The value on st's device: the same node, or a copy to that device."""
     if d.device == st.device:

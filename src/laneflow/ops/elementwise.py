@@ -8,10 +8,12 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import cast, describe, node, operand, stream_of
+from .core import broadcast_shapes, cast, describe, node, operand, stream_of, to_stream
 from .primitives import Elementwise, Scalar
 
 _PY_SCALARS = (bool, int, float)
+#: (op, ufunc, forced result, operand dtypes/scalar types) -> (result dtype, common operand dtype)
+_SIGNATURES: dict = {}
 
 
 def _is_weak(x: Any) -> bool:
@@ -22,7 +24,7 @@ def _infer(name: str, ufunc: np.ufunc, operands: list, datas: list) -> np.dtype:
     try:
         return dt.ufunc_result(ufunc, tuple(operands))
     except (TypeError, np.exceptions.DTypePromotionError) as e:
-        kinds = ", ".join(str(o) if isinstance(o, np.dtype) else f"python {type(o).__name__}" for o in operands)
+        kinds = ", ".join(str(o) if isinstance(o, np.dtype) else f"python {o.__name__}" for o in operands)
         raise TypeError(f"{name}: not defined for dtypes ({kinds}); cast with .astype() first ({e})") from None
 
 
@@ -38,29 +40,41 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     """Build an elementwise node. ``infer_with`` is the numpy ufunc whose loop resolution gives the dtype;
     ``check(dtype)``, when given, may refuse the arguments once the result dtype is known."""
     st = stream_of(stream, name)
-    datas, operands, infer = [], [], []
+    datas, operands, sig = [], [], []
+    device = st.device
     for a in args:
-        if _is_weak(a):
+        if isinstance(a, Array):
+            d = a._data
+            if d.device is not device and d.device != device:
+                d = to_stream(d, st, name)
+        elif _is_weak(a):
             operands.append(Scalar(a))
-            infer.append(a)
+            sig.append(type(a))
+            continue
         else:
             d = operand(a, st, name)
-            operands.append(len(datas))
-            datas.append(d)
-            infer.append(d.dtype)
+        operands.append(len(datas))
+        datas.append(d)
+        sig.append(d.dtype)
     if not datas:  # all Python scalars: make the first one an array, as numpy does
         d = operand(np.asarray(args[0]), st, name)
-        operands[0], infer[0] = 0, d.dtype
+        operands[0], sig[0] = 0, d.dtype
         datas.append(d)
+    shapes = [d.shape for d in datas]
     try:
-        shape = np.broadcast_shapes(*(d.shape for d in datas))
+        shape = broadcast_shapes(shapes)
     except ValueError:
-        raise ValueError(f"{name}: shapes {', '.join(str(d.shape) for d in datas)} cannot be broadcast together") from None
-    if result is None:
-        common = dt.operand_dtype([d.dtype for d in datas])
-        if common is not None:  # e.g. int8 with uint8: computed in int32, which laneflow has (numpy: int16)
-            datas = [cast(d, common, st) for d in datas]
-    dtype = result if result is not None else _infer(name, infer_with or getattr(np, fn or name), infer, datas)
+        raise ValueError(f"{name}: shapes {', '.join(str(s) for s in shapes)} cannot be broadcast together") from None
+    ufunc = infer_with or getattr(np, fn or name)
+    key = (name, ufunc, result, tuple(sig))
+    hit = _SIGNATURES.get(key)
+    if hit is None:
+        common = dt.operand_dtype([d.dtype for d in datas]) if result is None else None
+        dtype = result if result is not None else _infer(name, ufunc, sig, datas)
+        hit = _SIGNATURES[key] = (dtype, common)
+    dtype, common = hit
+    if common is not None:  # e.g. int8 with uint8: computed in int32, which laneflow has (numpy: int16)
+        datas = [cast(d, common, st) for d in datas]
     if dtype.kind in "iu":
         for o in operands:
             if isinstance(o, Scalar):
