@@ -21,6 +21,12 @@ def pytest_addoption(parser):
                      help="programs per differential-fuzz test (default 300 on CPU; e.g. 10000)")
 
 
+def pytest_configure(config):
+    n = config.getoption("--fuzz-programs")
+    if n is not None:  # read by tests/test_fuzz.py when it is imported (after this hook)
+        os.environ["LANEFLOW_FUZZ_PROGRAMS"] = str(n)
+
+
 @pytest.fixture(params=["cpu", "gpu"])
 def device(request) -> lf.Device:
     if request.param == "gpu" and not lf.gpu_available():
