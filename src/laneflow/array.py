@@ -40,6 +40,15 @@ class Array:
         if d is not None:
             d.arrays -= 1
 
+    # copy.copy and copy.deepcopy would otherwise fill the slot without counting the new binding,
+    # letting the value be written in place while the copy still sees it. Values are immutable, so a
+    # copy is a new Array bound to the same value.
+    def __copy__(self) -> "Array":
+        return Array._wrap(self._data)
+
+    def __deepcopy__(self, memo: dict) -> "Array":
+        return Array._wrap(self._data)
+
     # -- metadata (never triggers evaluation) --------------------------------------------------
     @property
     def shape(self) -> tuple:
@@ -77,14 +86,16 @@ class Array:
 
     # -- host access (evaluates) ----------------------------------------------------------------
     def _host(self) -> np.ndarray:
-        d = self._data
-        if d.buffer is None:
-            _sched.schedule((d,))
+        # Under the scheduling lock, so another thread cannot reuse this buffer in place (x[i] = v)
+        # between reading the binding and marking the buffer: the host may hold a view of it.
+        with _sched.LOCK:
+            d = self._data
+            if d.buffer is None:
+                _sched.schedule((d,))
+            buf = d.buffer
+            buf.exported = True  # never reused in place from now on
         _sched.wait(d)
-        buf = d.buffer
-        buf.exported = True  # the host may now hold a view of this memory: never reuse it in place
-        host = d.stream.backend.to_host(buf, d.shape, d.dtype)
-        return host
+        return d.stream.backend.to_host(buf, d.shape, d.dtype)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """The values for numpy: a read-only view (``copy=None``/``False``), or a private copy (``copy=True``)."""
@@ -211,7 +222,7 @@ class Array:
     def __matmul__(self, o): return ops.matmul(self, o)  # noqa: E704
     def __rmatmul__(self, o): return ops.matmul(o, self)  # noqa: E704
     def __neg__(self): return ops.negative(self)  # noqa: E704
-    def __pos__(self): return self  # noqa: E704
+    def __pos__(self): return Array._wrap(self._data)  # noqa: E704  (a new array, as numpy's +x)
     def __abs__(self): return ops.abs(self)  # noqa: E704
     def __invert__(self): return ops.invert(self)  # noqa: E704
     def __and__(self, o): return ops.and_(self, o)  # noqa: E704

@@ -26,7 +26,9 @@ def _leaves(xs: Any) -> Iterator[Array]:
 
 def async_eval(*xs: Any) -> None:
     """Start computing ``xs`` and return at once. Errors surface at the next eval or host read."""
-    _sched.schedule([a._data for a in _leaves(xs)])
+    arrays = list(_leaves(xs))
+    with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
+        _sched.schedule([a._data for a in arrays])
 
 
 def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's name
@@ -35,10 +37,18 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
     Independent work runs at the same time on the lanes of each stream; the runtime stays usable
     after an error.
     """
-    datas = [a._data for a in _leaves(xs)]
-    _sched.schedule(datas)
-    for d in datas:
-        _sched.wait(d, timeout)
+    arrays = list(_leaves(xs))
+    with _sched.LOCK:
+        datas = [a._data for a in arrays]
+        for d in datas:  # held while waiting: another thread's x[i] = v must not reuse these buffers
+            d.arrays += 1
+    try:
+        _sched.schedule(datas)
+        for d in datas:
+            _sched.wait(d, timeout)
+    finally:
+        for d in datas:
+            d.arrays -= 1
 
 
 def stats() -> dict[str, Any]:

@@ -10,9 +10,12 @@ they stay valid after the next call.
 A backend may turn a plan into something faster (the CUDA backend: one multi-lane CUDA graph).
 
 What cannot be compiled raises :class:`CompileError` naming the op: reading values on the host inside
-``fn`` (``item``, ``tolist``, ``np.asarray``, ``lf.eval``), and assigning into an argument
-(``x[i] = v`` on a parameter; return the new value instead). laneflow has no data-dependent shapes
-(boolean-mask indexing with an lf.Array is refused everywhere), so every traced shape is static.
+``fn`` (``item``, ``tolist``, ``np.asarray``, ``lf.eval``), assigning into an argument
+(``x[i] = v`` on a parameter; return the new value instead), and random draws without ``key=`` (the
+key would be drawn once, at tracing; pass keys as arguments). Static (non-array) arguments are
+compared by type and value: ``1``, ``1.0`` and ``True`` trace separately, as do ``0.0`` and ``-0.0``.
+laneflow has no data-dependent shapes (boolean-mask indexing with an lf.Array is refused everywhere),
+so every traced shape is static.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import functools
 import threading
 from typing import Any, Callable
+
+import numpy as np
 
 from ..errors import LaneflowError
 from .node import ArrayData, Primitive
@@ -60,6 +65,28 @@ class _Plan:
         self.steps, self.outputs, self.treedef, self.n_slots = steps, outputs, treedef, n_slots
 
 
+class _Static:
+    """A static (non-array) leaf as a cache key: equal only to a value of the same type that is
+    equal to it, floats compared bit for bit. ``1``, ``1.0`` and ``True`` are equal in Python but
+    trace differently (the result dtype depends on the type), as do ``0.0`` and ``-0.0``; a NaN
+    matches itself."""
+
+    __slots__ = ("value", "key")
+
+    def __init__(self, value: Any):
+        self.value = value
+        if isinstance(value, (float, np.floating)):
+            self.key = (type(value), float(value).hex())
+        else:
+            self.key = (type(value), value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Static) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
 def _flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
     """Leaves and a structure description of nested lists, tuples and dicts."""
     leaves: list = []
@@ -72,7 +99,7 @@ def _flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
             return (type(x), tuple(walk(v) for v in x))
         if isinstance(x, dict):
             return (dict, tuple((k, walk(v)) for k, v in x.items()))
-        return ("static", x)
+        return ("static", _Static(x))
 
     return leaves, walk(tree)
 
@@ -85,7 +112,7 @@ def _unflatten(treedef: Any, leaves: list) -> Any:
         if tag == "leaf":
             return next(it)
         if tag == "static":
-            return t[1]
+            return t[1].value
         if tag is dict:
             return {k: build(v) for k, v in t[1]}
         return tag(build(v) for v in t[1])
@@ -142,7 +169,8 @@ class CompiledFunction:
                 raise CompileError(f"compile: {name} assigns into its argument {i} (x[...] = v); compiled "
                                    "functions cannot change their arguments: return the new value instead")
         outs, out_tree = _flatten(out, lambda x: isinstance(x, Array))
-        return _build_plan([o._data for o in outs], holders, out_tree)
+        with _sched.LOCK:  # the captured graph may be evaluated by another thread meanwhile
+            return _build_plan([o._data for o in outs], holders, out_tree)
 
 
 def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
@@ -195,8 +223,8 @@ class _Spec:
 def _replay(plan: _Plan, leaves: list) -> Any:
     from ..array import Array
 
-    datas = [a._data for a in leaves]
-    with _sched.LOCK:
+    with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
+        datas = [a._data for a in leaves]
         _sched.schedule([d for d in datas if d.buffer is None])
         slots: list = [None] * plan.n_slots
 
@@ -212,14 +240,17 @@ def _replay(plan: _Plan, leaves: list) -> Any:
             bufs = _sched.submit(prim, stream, [buf(r) for r in srcs], [_Spec(*o) for o in outs])
             slots[first:first + len(bufs)] = bufs
         results = []
+        made: dict = {}  # slot -> its value: an output returned twice is one value, never two sharing a buffer
         for ref, shape, dtype, stream in plan.outputs:
-            d = ArrayData(shape, dtype, stream, None)
             if ref[0] == "arg":
                 d = datas[ref[1]]
             elif ref[0] == "const":
                 d = ref[1]
             else:
-                d.buffer = slots[ref[1]]
+                d = made.get(ref[1])
+                if d is None:
+                    d = made[ref[1]] = ArrayData(shape, dtype, stream, None)
+                    d.buffer = slots[ref[1]]
             results.append(Array._wrap(d))
     return _unflatten(plan.treedef, results)
 

@@ -6,13 +6,11 @@ stream safe to share between host threads. Host reads wait only for the writers 
 
 from __future__ import annotations
 
-import threading
 from typing import Iterable
 
 from ..errors import LaneflowError
+from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
 from .node import ArrayData
-
-LOCK = threading.RLock()
 
 
 def toposort(roots: Iterable[ArrayData]) -> list[ArrayData]:
@@ -129,5 +127,8 @@ def wait(d: ArrayData, timeout: float | None = None) -> None:
     w = buf.writer
     if w is not None and not w.lane.host_wait(w.seq, timeout):
         raise TimeoutError(f"waiting for {w.lane.name} command {w.seq} timed out after {timeout} s")
-    if buf.error is not None:
-        raise buf.error
+    err = buf.error
+    if err is not None:
+        # The same error object is raised at every eval that needs it: drop the frames of earlier
+        # raises, or its traceback (and every local it references) would grow with each one.
+        raise err.with_traceback(None)

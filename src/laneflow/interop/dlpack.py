@@ -1,7 +1,9 @@
 """DLPack on the CPU. Exported memory is marked so laneflow never writes it in place afterwards.
 
-Memory is shared, not copied, in both directions: ``lf.from_dlpack(t)`` sees later writes the
-producer makes to ``t`` (that is the DLPack contract); copy with ``lf.array(t)`` to get a value.
+``lf.from_dlpack(t)`` shares ``t``'s memory and sees later writes the producer makes to it (that is
+the DLPack contract); copy with ``lf.array(t)`` to get a value. An export shares laneflow's memory
+read-only with a versioned (DLPack >= 1.0) consumer; a legacy consumer, which cannot be told the
+memory is read-only, gets a private copy, so no consumer can write into a laneflow value.
 """
 
 from __future__ import annotations
@@ -22,13 +24,22 @@ def export(x, *, stream: Any = None, max_version: Any = None, dl_device: Any = N
         raise BufferError(f"__dlpack__: DLPack export from {x.device} is not available in this build")
     host = x._host()
     kw = {}
-    if max_version is not None:
-        kw["max_version"] = max_version
     if dl_device is not None:
         kw["dl_device"] = dl_device
     if copy is not None:
         kw["copy"] = copy
-    return host.__dlpack__(**kw)
+    if max_version is not None and tuple(max_version) >= (1, 0):
+        # Versioned DLPack can say "read-only": share the memory, the consumer must not write it.
+        view = host.view()
+        view.flags.writeable = False
+        return view.__dlpack__(max_version=max_version, **kw)
+    # A legacy consumer cannot be told the memory is read-only and could write into this value:
+    # give it a private copy (DLPack allows the producer to copy unless copy=False).
+    if copy is False:
+        raise BufferError("__dlpack__: a legacy (unversioned) DLPack consumer cannot be given read-only "
+                          "memory without a copy, and copy=False was asked; use a DLPack >= 1.0 consumer")
+    kw.pop("copy", None)
+    return host.copy().__dlpack__(**kw)
 
 
 def from_dlpack(obj: Any, *, stream: Any = None):

@@ -49,7 +49,9 @@ def array(obj: Any, dtype: Any = None, device: Device | str | None = None, *, st
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         from ..interop.dlpack import from_dlpack
 
-        return array(from_dlpack(obj), dtype, stream=st)
+        # from_dlpack shares the producer's memory; copy it now, so later producer writes do not show.
+        shared = from_dlpack(obj)
+        return Array._wrap(constant(np.asarray(shared), st, to if to is not None else shared.dtype, op="array"))
     return Array._wrap(constant(obj, st, to, op="array"))
 
 

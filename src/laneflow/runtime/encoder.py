@@ -9,17 +9,23 @@ Ops only say which buffers a command reads and writes. For each command the enco
    cover (a wait implied by an earlier one is elided), keeping only the latest point per lane;
 4. submits the command and records it as the new writer / a new reader of its buffers.
 
-The encoder is not thread-safe by itself; :mod:`laneflow.graph.schedule` calls it under one lock.
+The encoder is not thread-safe by itself; :mod:`laneflow.graph.schedule` calls it under :data:`LOCK`,
+which :meth:`Stream.close <laneflow.runtime.stream.Stream.close>` takes too.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Sequence
 
 from . import tracing
 from .buffer import Buffer
 from .lane import Command, Lane, Point
 from .stats import STATS
+
+#: The process-wide lock under which commands are encoded (and streams closed, so no command is ever
+#: queued behind a closed lane's stop). Re-entrant: scheduling nests.
+LOCK = threading.RLock()
 
 
 class LanePolicy:

@@ -8,7 +8,7 @@ import weakref
 from typing import Any
 
 from .backend import Backend
-from .encoder import CommandEncoder, LanePolicy
+from .encoder import LOCK, CommandEncoder, LanePolicy
 
 _stream_ids = itertools.count(1)
 _live_streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
@@ -45,14 +45,20 @@ class Stream:
 
     def close(self) -> None:
         """Stop the lanes once their queued work has run. Further use of the stream is an error."""
+        with LOCK:  # never between another thread's check that the stream is open and its encode
+            self._close()
+
+    def _close(self) -> None:
         if not self._closed:
             self._closed = True
             for lane in self.lanes:
                 lane.close()
 
     def __del__(self) -> None:
+        # Unreachable, so no thread is encoding onto it: close without the lock (a finalizer may run
+        # on any thread, and must not wait for one that holds the lock).
         try:
-            self.close()
+            self._close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 

@@ -69,6 +69,9 @@ class EventFence:
             fail(err, "cuEventRecord")
         with self._lock:
             self._marks.append((seq, ev))
+            n = len(self._marks)
+        if n > 64:
+            self.value  # retire finished marks so events recycle and the deque stays short
 
     def known(self, seq: int) -> bool:
         """True if seq is already known finished (no driver call)."""

@@ -7,6 +7,7 @@ kernel also takes a numpy array: a host-to-device copy). Each kernel enqueues it
 
 from __future__ import annotations
 
+from .. import linalg_host as _linalg
 from .. import matmul as _matmul
 from . import copy as _copy
 from . import elementwise as _ew
@@ -36,4 +37,5 @@ KERNELS = {
     "random": _random.random,
     "random_split": _random.random_split,
     "copy": _copy.copy,
+    "linalg": _linalg.linalg,
 }

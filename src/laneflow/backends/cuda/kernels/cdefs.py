@@ -108,12 +108,8 @@ __device__ __forceinline__ unsigned short lf_f2h(float f) { unsigned short h; as
 __device__ __forceinline__ unsigned short lf_d2h(double d) { unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h; }
 __device__ __forceinline__ float lf_b2f(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ unsigned short lf_f2b(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-// double -> bfloat16 rounded once: round to float by truncation, keep a sticky bit, then round to nearest even.
-__device__ __forceinline__ unsigned short lf_d2b(double d) {
-  float f = __double2float_rz(d);
-  if ((double)f != d && d == d && !isinf(f)) f = __uint_as_float(__float_as_uint(f) | 1u);
-  return lf_f2b(f);
-}
+// double -> bfloat16 through float, as ml_dtypes (the CPU reference) converts.
+__device__ __forceinline__ unsigned short lf_d2b(double d) { return lf_f2b((float)d); }
 
 template <class T> struct lf_u { typedef T t; };
 template <> struct lf_u<signed char> { typedef unsigned char t; };

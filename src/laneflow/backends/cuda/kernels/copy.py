@@ -22,13 +22,13 @@ def _build_strided(in_dt, out_dt, nd: int, wide: bool):
              f"const {C.storage(in_dt)}* __restrict__ in, Dims shape, Dims ist, Dims ost, long long n) {{\n",
              f"  for ({idx_t} i = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; i < ({idx_t})n;"
              f" i += ({idx_t})blockDim.x * gridDim.x) {{\n",
-             f"    {idx_t} io = 0, oo = 0, rem_ = i;\n"]
+             f"    long long io = 0, oo = 0; {idx_t} rem_ = i;\n"]
     for d in range(nd - 1, -1, -1):
         if d:
-            lines.append(f"    {{ {idx_t} c_ = rem_ % ({idx_t})shape.v[{d}]; rem_ /= ({idx_t})shape.v[{d}];"
-                         f" io += c_ * ({idx_t})ist.v[{d}]; oo += c_ * ({idx_t})ost.v[{d}]; }}\n")
+            lines.append(f"    {{ long long c_ = (long long)(rem_ % ({idx_t})shape.v[{d}]); rem_ /= ({idx_t})shape.v[{d}];"
+                         f" io += c_ * ist.v[{d}]; oo += c_ * ost.v[{d}]; }}\n")
         else:
-            lines.append(f"    io += rem_ * ({idx_t})ist.v[0]; oo += rem_ * ({idx_t})ost.v[0];\n")
+            lines.append("    io += (long long)rem_ * ist.v[0]; oo += (long long)rem_ * ost.v[0];\n")
     lines.append(f"    out[oo] = {C.store(C.conv(C.load('in[io]', in_dt), in_dt, out_dt), out_dt)};\n  }}\n}}\n")
     return "".join(lines), name, "ppDDDq"
 
@@ -123,7 +123,8 @@ def _build_fill(kind: str, out_dt):
                 "      v = (step == 0) ? __dadd_rn(__dmul_rn((double)i / div, delta), start)"
                 " : __dadd_rn(__dmul_rn((double)i, step), start); }\n"
                 "    else v = __dadd_rn(__dmul_rn((double)i, delta), start);\n"
-                "    if (endpoint && n > 1 && i == n - 1) v = stop;\n")
+                "    if (endpoint && n > 1 && i == n - 1) v = stop;\n"
+                + ("    v = floor(v);\n" if np.dtype(out_dt).kind in "iu" else ""))
         val = C.store(C.conv("v", np.dtype(np.float64), out_dt), out_dt)
         return (f'extern "C" __global__ void {name}({sig}) {{\n'
                 f"  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"

@@ -15,7 +15,7 @@ from .... import dtypes as dt
 from ....errors import LaneflowError
 from . import cdefs as C
 from .launch import grid_1d
-from .plan import MAXD, broadcast_strides, classify, collapse, contiguous_strides, offset_code
+from .plan import MAXD, broadcast_strides, classify, collapse
 
 _UFUNC = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
@@ -170,28 +170,55 @@ def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_
     offs = ""
     if strided:
         # decompose i once, accumulate every strided operand's offset
-        offs += f"  {idx_t} " + ", ".join(f"o{k} = 0" for k in strided) + ";\n"
+        offs += "  long long " + ", ".join(f"o{k} = 0" for k in strided) + ";\n"
         offs += f"  {{ {idx_t} rem_ = i;\n"
         for d in range(nd - 1, -1, -1):
             if d:
                 offs += f"    {{ {idx_t} c_ = rem_ % ({idx_t})shape.v[{d}]; rem_ /= ({idx_t})shape.v[{d}];"
             else:
                 offs += f"    {{ {idx_t} c_ = rem_;"
-            offs += "".join(f" o{k} += c_ * ({idx_t})st{k}.v[{d}];" for k in strided) + " }\n"
+            offs += "".join(f" o{k} += (long long)c_ * st{k}.v[{d}];" for k in strided) + " }\n"
         offs += "  }\n"
+    # Four elements per thread and trip, one grid-stride apart: independent loads in flight
+    # (the pointers are __restrict__, so the compiler may hoist them above earlier stores).
     src = (f'extern "C" __global__ void __launch_bounds__(256) {name}({", ".join(sig)}) {{\n'
-           f"  for ({idx_t} i = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; i < ({idx_t})n;"
-           f" i += ({idx_t})blockDim.x * gridDim.x) {{\n"
-           f"{offs}{''.join(body)}  out[i] = {store};\n  }}\n}}\n")
+           f"  const {idx_t} stride = ({idx_t})blockDim.x * gridDim.x;\n"
+           f"  for ({idx_t} b_ = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; b_ < ({idx_t})n; b_ += 4 * stride) {{\n"
+           f"  #pragma unroll\n  for (int u_ = 0; u_ < 4; ++u_) {{\n"
+           f"  const {idx_t} i = b_ + u_ * stride;\n  if (i < ({idx_t})n) {{\n"
+           f"{offs}{''.join(body)}  out[i] = {store};\n  }}\n  }}\n  }}\n}}\n")
     return src, name, "".join(params)
 
 
-def _scalar_value(value, lt: np.dtype):
-    with np.errstate(all="ignore"):
-        v = np.array(value).astype(lt)
-    if C.is_half(lt):
-        return float(v.astype(np.float32))
-    return v.item()
+_CONVERTERS: dict = {}
+
+
+def _converter(lt: np.dtype):
+    """Python scalar -> kernel argument in loop dtype lt (rounded as numpy rounds a weak scalar)."""
+    f = _CONVERTERS.get(lt)
+    if f is None:
+        k = C.kind(lt)
+        if C.is_half(lt):
+            t = lt.type
+            f = lambda v: float(t(v))  # noqa: E731
+        elif k == "f":
+            f = float if lt == dt.float64 else _to_f32
+        elif k == "b":
+            f = bool
+        else:
+            f = lambda v, t=lt.type: int(t(v))  # noqa: E731 - the value was checked to fit
+        _CONVERTERS[lt] = f
+    return f
+
+
+def _to_f32(v) -> float:
+    if -3.4e38 < v < 3.4e38:
+        return float(np.float32(v))
+    with np.errstate(over="ignore"):
+        return float(np.float32(v))  # inf, as numpy rounds a too-large weak scalar
+
+
+_plans: dict = {}
 
 
 def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
@@ -199,8 +226,28 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
     n = out.size
     if n == 0:
         return
-    ctx = lane.ctx
-    op_types = tuple(ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands)
+    pattern = tuple(ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands)
+    shapes = tuple(ins[o].shape for o in operands if o.__class__ is int)
+    key = (fn, pattern, shapes, out.shape, out.dtype, lane.ctx)
+    if fn in _COMPARE and int in pattern:
+        # a Python int outside the array's range widens the loop: plan per magnitude class
+        key += tuple((o.value < 0, o.value.bit_length()) for o in operands if o.__class__ is not int and type(o.value) is int)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 4096:
+            _plans.clear()
+        plan = _plans[key] = _plan(lane.ctx, fn, operands, ins, out, pattern)
+    kern, grid, steps, tail = plan
+    args = [out.ptr]
+    for j, conv in steps:
+        o = operands[j]
+        args.append(ins[o].ptr if conv is None else conv(o.value))
+    args.extend(tail)
+    kern.launch(lane.stream, grid, (256, 1, 1), args)
+
+
+def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple):
+    n = out.size
     loop, out_loop = loop_dtypes(fn, op_types, out.dtype)
     loop = list(loop)
     if fn in _COMPARE:
@@ -227,20 +274,14 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
     strided_idx = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
     spec = ("ew", fn, kinds, in_dts, tuple(loop), out.dtype, out_loop, nd if strided_idx else 0, wide)
     kern = ctx.modules.get(spec, lambda: _build(fn, kinds, in_dts, loop, sc_dts, out.dtype, out_loop, nd, wide))
-    args = [out.ptr]
-    ai = 0
-    for j, o in enumerate(operands):
-        if o.__class__ is int:
-            args.append(arrays[ai].ptr)
-            ai += 1
-        else:
-            args.append(_scalar_value(o.value, loop[j]))
+    steps = tuple((j, None if o.__class__ is int else _converter(loop[j])) for j, o in enumerate(operands))
+    tail = []
     if strided_idx:
-        args.append(cshape)
+        tail.append(cshape)
         for k in strided_idx:
-            args.append(csets[k])
-    args.append(n)
-    kern.launch(lane.stream, grid_1d(ctx, n), (256, 1, 1), tuple(args))
+            tail.append(csets[k])
+    tail.append(n)
+    return kern, grid_1d(ctx, (n + 3) // 4), steps, tuple(tail)
 
 
 def _py_type(v):
@@ -286,7 +327,3 @@ def _check_int_power(prim, ins, out) -> None:
             raise ValueError("Integers to negative integer powers are not allowed.")
     elif isinstance(e.value, int) and e.value < 0:
         raise ValueError("Integers to negative integer powers are not allowed.")
-
-
-def contiguous(shape) -> tuple:  # re-exported for other kernel modules
-    return contiguous_strides(shape)

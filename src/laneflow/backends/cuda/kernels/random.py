@@ -31,36 +31,45 @@ __device__ __forceinline__ void lf_philox(unsigned long long idx, unsigned k0, u
 """
 
 
+_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+
+
 def _build(dist: str, key_dt, out_dt):
     wide = out_dt == dt.float64
     ks = C.storage(key_dt)
-    if wide:
-        if dist == "uniform":
-            val = ("double u = (double)((((unsigned long long)w0) << 21) ^ (((unsigned long long)w1) >> 11))"
-                   " * (1.0 / 9007199254740992.0);\n"
-                   "    double r = __dadd_rn(a, __dmul_rn(ba, u));\n")
+    if dist == "uniform":
+        # k * 2**-bits with bits the significand width of out_dt (exact there), a + (b - a) * u in
+        # double, rounded to out_dt and clipped into [low, high) as the CPU backend does.
+        bits = _BITS[C.dname(out_dt)]
+        if bits > 32:
+            k = f"((((unsigned long long)w0) << {bits - 32}) ^ (((unsigned long long)w1) >> {64 - bits}))"
         else:
-            val = ("double u1 = (double)((((unsigned long long)w0) << 21) ^ (((unsigned long long)w1) >> 11));\n"
-                   "    double u2 = (double)((((unsigned long long)w2) << 21) ^ (((unsigned long long)w3) >> 11));\n"
-                   "    u1 = __dsub_rn(1.0, __dmul_rn(u1, 1.0 / 9007199254740992.0)); u2 = __dmul_rn(u2, 1.0 / 9007199254740992.0);\n"
-                   "    double z = __dmul_rn(sqrt(__dmul_rn(-2.0, log(u1))), cos(__dmul_rn(2.0 * 3.141592653589793, u2)));\n"
-                   "    double r = __dadd_rn(a, __dmul_rn(ba, z));\n")
-        res_dt = dt.float64
+            k = f"(w0 >> {32 - bits})"
+        val = (f"double u = __dmul_rn((double){k}, {2.0 ** -bits!r});\n"
+               "    double r = __dadd_rn(a, __dmul_rn(ba, u));\n"
+               f"    {C.compute(out_dt)} v = {C.conv('r', dt.float64, out_dt)};\n"
+               "    v = v < lo ? lo : v; v = v > hi ? hi : v;\n")
+        res = "v"
+        sig_ab = f"double a, double ba, {C.compute(out_dt)} lo, {C.compute(out_dt)} hi"
+        params = "ppdd" + C.PARAM[C.dname(out_dt)] * 2 + "q"
+    elif wide:
+        val = ("double u1 = (double)((((unsigned long long)w0) << 21) ^ (((unsigned long long)w1) >> 11));\n"
+               "    double u2 = (double)((((unsigned long long)w2) << 21) ^ (((unsigned long long)w3) >> 11));\n"
+               "    u1 = __dsub_rn(1.0, __dmul_rn(u1, 1.0 / 9007199254740992.0)); u2 = __dmul_rn(u2, 1.0 / 9007199254740992.0);\n"
+               "    double z = __dmul_rn(sqrt(__dmul_rn(-2.0, log(u1))), cos(__dmul_rn(2.0 * 3.141592653589793, u2)));\n"
+               "    double r = __dadd_rn(a, __dmul_rn(ba, z));\n")
+        res = C.conv("r", dt.float64, out_dt)
         sig_ab = "double a, double ba"
         params = "ppddq"
     else:
-        if dist == "uniform":
-            val = ("float u = __fmul_rn((float)(w0 >> 8), 1.0f / 16777216.0f);\n"
-                   "    float r = __fadd_rn(a, __fmul_rn(ba, u));\n")
-        else:
-            val = ("float u1 = __fsub_rn(1.0f, __fmul_rn((float)(w0 >> 8), 1.0f / 16777216.0f));\n"
-                   "    float u2 = __fmul_rn((float)(w1 >> 8), 1.0f / 16777216.0f);\n"
-                   "    float z = __fmul_rn(sqrtf(__fmul_rn(-2.0f, logf(u1))), cosf(__fmul_rn(6.2831855f, u2)));\n"
-                   "    float r = __fadd_rn(a, __fmul_rn(ba, z));\n")
-        res_dt = dt.float32
+        val = ("float u1 = __fsub_rn(1.0f, __fmul_rn((float)(w0 >> 8), 1.0f / 16777216.0f));\n"
+               "    float u2 = __fmul_rn((float)(w1 >> 8), 1.0f / 16777216.0f);\n"
+               "    float z = __fmul_rn(sqrtf(__fmul_rn(-2.0f, logf(u1))), cosf(__fmul_rn(6.2831855f, u2)));\n"
+               "    float r = __fadd_rn(a, __fmul_rn(ba, z));\n")
+        res = C.conv("r", dt.float32, out_dt)
         sig_ab = "float a, float ba"
         params = "ppffq"
-    store = C.store(C.conv("r", res_dt, out_dt), out_dt)
+    store = C.store(res, out_dt)
     src = (_PHILOX + f'extern "C" __global__ void lf_random({C.storage(out_dt)}* __restrict__ out, const {ks}* key, '
            f"{sig_ab}, long long n) {{\n"
            "  unsigned k0 = (unsigned)(long long)key[0], k1 = (unsigned)(long long)key[1];\n"
@@ -71,18 +80,28 @@ def _build(dist: str, key_dt, out_dt):
     return src, "lf_random", params
 
 
+def _inside(dtype, low: float, high: float) -> tuple:
+    """Smallest value of dtype >= low and largest < high: the CPU backend's clip bounds, as floats."""
+    from ...cpu.kernels import _inside as cpu_inside
+
+    lo, hi = cpu_inside(dtype, low, high)
+    return float(lo), float(hi)
+
+
 def random(lane, prim, ins, outs) -> None:
     key, out = ins[0], outs[0]
     n = out.size
     if n == 0:
         return
     kern = lane.ctx.modules.get(("random", prim.dist, key.dtype, out.dtype), lambda: _build(prim.dist, key.dtype, out.dtype))
-    if out.dtype == dt.float64:
-        a, ba = prim.a, (prim.b - prim.a) if prim.dist == "uniform" else prim.b
+    if prim.dist == "uniform":
+        lo, hi = _inside(out.dtype, prim.a, prim.b)
+        args = (out.ptr, key.ptr, float(prim.a), float(prim.b - prim.a), lo, hi, n)
+    elif out.dtype == dt.float64:
+        args = (out.ptr, key.ptr, float(prim.a), float(prim.b), n)
     else:
-        a = float(np.float32(prim.a))
-        ba = float(np.float32((prim.b - prim.a) if prim.dist == "uniform" else prim.b))
-    kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), (out.ptr, key.ptr, a, ba, n))
+        args = (out.ptr, key.ptr, float(np.float32(prim.a)), float(np.float32(prim.b)), n)
+    kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), args)
 
 
 def _build_split(key_dt, out_dt):

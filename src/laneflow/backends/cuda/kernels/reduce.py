@@ -121,10 +121,20 @@ def _build(op: str, fold: str, inner: bool, in_dt, acc_dt, out_dt, nk: int, nr: 
                 f"  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {{\n"
                 f"    long long base = 0;\n{offset_code('base', 'o', 'ks', 'kst', nk, 'long long')}"
                 f"    long long r0 = (long long)blockIdx.y * rchunk; long long r1 = r0 + rchunk < R ? r0 + rchunk : R;\n"
-                f"    {A} acc = {ident};\n"
-                f"    for (long long r = r0 + threadIdx.x; r < r1; r += blockDim.x) {{\n"
+                f"    {A} acc = {ident}, acc1 = {ident}, acc2 = {ident}, acc3 = {ident};\n"
+                f"    long long r = r0 + threadIdx.x;\n"
+                f"    const long long bd = blockDim.x;\n"
+                # four independent accumulators keep four loads in flight per thread
+                f"    for (; r + 3 * bd < r1; r += 4 * bd) {{\n"
+                + "".join(f"      {{ long long rr = r + {u} * bd; long long off = base;\n"
+                          f"{offset_code('off', 'rr', 'rs', 'rst', nr, 'long long')}"
+                          f"      {A} v_ = {val}; {'acc' if u == 0 else f'acc{u}'} = "
+                          f"{_combine(fold, acc_dt, 'acc' if u == 0 else f'acc{u}', 'v_')}; }}\n" for u in range(4))
+                + f"    }}\n"
+                f"    for (; r < r1; r += bd) {{\n"
                 f"      long long off = base;\n{offset_code('off', 'r', 'rs', 'rst', nr, 'long long')}"
                 f"      {A} v_ = {val}; acc = {comb};\n    }}\n"
+                f"    {{ {A} v_ = {_combine(fold, acc_dt, 'acc1', 'acc2')}; acc = {comb}; v_ = acc3; acc = {comb}; }}\n"
                 f"{shfl}"
                 f"    if ((threadIdx.x & 31) == 0) sm[threadIdx.x >> 5] = acc;\n"
                 f"    __syncthreads();\n"
@@ -241,7 +251,7 @@ def _build_arg(op: str, in_dt, inner: bool, nk: int):
                 f"  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {{\n"
                 f"    long long base = 0;\n{offset_code('base', 'o', 'ks', 'kst', nk, 'long long')}"
                 f"    {W} bv = {ident}; long long bi = 0x7fffffffffffffffLL;\n"
-                f"    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {W} v = ({W}){load};"
+                f"    #pragma unroll 4\n    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {W} v = ({W}){load};"
                 f" if (lf_better(bv, bi, v, r)) {{ bv = v; bi = r; }} }}\n"
                 f"    for (int s_ = 16; s_ > 0; s_ >>= 1) {{ {W} v = __shfl_down_sync(0xffffffffu, bv, s_);"
                 f" long long i = __shfl_down_sync(0xffffffffu, bi, s_); if (lf_better(bv, bi, v, i)) {{ bv = v; bi = i; }} }}\n"
@@ -298,7 +308,7 @@ def argreduce(lane, prim, ins, outs) -> None:
 # -- softmax / logsumexp ---------------------------------------------------------------------------
 
 
-def _build_nn(op: str, in_dt, out_dt, inner: bool, nk: int, nr: int):
+def _build_nn(op: str, in_dt, out_dt, inner: bool, nk: int, nr: int, cached: bool = False):
     W = "double" if out_dt == dt.float64 else "float"
     wdt = dt.float64 if W == "double" else dt.float32
     x = C.conv(C.load("in[off]", in_dt), in_dt, wdt)
@@ -320,17 +330,34 @@ def _build_nn(op: str, in_dt, out_dt, inner: bool, nk: int, nr: int):
                     f"    if (threadIdx.x < 32) {{ {v} = threadIdx.x < (blockDim.x >> 5) ? sm[threadIdx.x] : ({W}){ident};\n"
                     f"      for (int s_ = 16; s_ > 0; s_ >>= 1) {{ {W} t_ = __shfl_down_sync(0xffffffffu, {v}, s_); {v} = {comb}; }}\n"
                     f"      if (threadIdx.x == 0) sm[0] = {v}; }}\n    __syncthreads();\n    {v} = sm[0];\n    __syncthreads();\n")
+        if cached:
+            # the row stays in shared memory: one read of the input and one write of the output
+            store_c = C.store(C.conv("(row[r] / s)", wdt, out_dt), out_dt)
+            body = (f"  __shared__ {W} sm[32];\n  extern __shared__ {W} row[];\n"
+                    f"  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {{\n"
+                    f"    long long base = 0;\n{offset_code('base', 'o', 'ks', 'kst', nk, 'long long')}"
+                    f"    {W} m = -INFINITY;\n"
+                    f"    #pragma unroll 4\n    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} {W} xv = {x}; row[r] = xv;"
+                    f" m = lf_max_nan<{W}>(m, xv); }}\n"
+                    + block_reduce("m", f"lf_max_nan<{W}>(m, t_)", "(-INFINITY)")
+                    + f"    {W} s = 0;\n"
+                    f"    #pragma unroll 4\n    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {W} e = lf_exp(row[r] - m); row[r] = e; s += e; }}\n"
+                    + block_reduce("s", "s + t_", "0")
+                    + f"    #pragma unroll 4\n    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} out[off] = {store_c}; }}\n"
+                    + "    __syncthreads();\n  }\n")
+            return (f'extern "C" __global__ void __launch_bounds__(512) lf_nn({sig}) {{\n{body}}}\n', "lf_nn",
+                    "ppDDDDqq")
         body = (f"  __shared__ {W} sm[32];\n"
                 f"  for (long long o = blockIdx.x; o < nout; o += gridDim.x) {{\n"
                 f"    long long base = 0;\n{offset_code('base', 'o', 'ks', 'kst', nk, 'long long')}"
                 f"    {W} m = -INFINITY;\n"
-                f"    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} m = lf_max_nan<{W}>(m, {x}); }}\n"
+                f"    #pragma unroll 4\n    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} m = lf_max_nan<{W}>(m, {x}); }}\n"
                 + block_reduce("m", f"lf_max_nan<{W}>(m, t_)", "(-INFINITY)")
                 + f"    {fix}"
                 f"    {W} s = 0;\n"
-                f"    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} s += lf_exp({x} - m); }}\n"
+                f"    #pragma unroll 4\n    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} s += lf_exp({x} - m); }}\n"
                 + block_reduce("s", "s + t_", "0")
-                + (f"    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} {final_loop} }}\n"
+                + (f"    #pragma unroll 4\n    for (long long r = threadIdx.x; r < R; r += blockDim.x) {{ {loop_head} {final_loop} }}\n"
                    if final_loop else f"    if (threadIdx.x == 0) {final}\n")
                 + "  }\n")
     else:
@@ -352,10 +379,12 @@ def _nn(lane, op: str, x, out, axes: tuple) -> None:
     if plan.nout == 0 or x.size == 0 and op == "softmax":
         return
     ctx = lane.ctx
-    spec = ("nn", op, x.dtype, out.dtype, plan.inner, len(plan.kshape), len(plan.rshape))
-    kern = ctx.modules.get(spec, lambda: _build_nn(op, x.dtype, out.dtype, plan.inner, len(plan.kshape),
-                                                   len(plan.rshape)))
     R = plan.R
+    wsize = 8 if out.dtype == dt.float64 else 4
+    cached = op == "softmax" and plan.inner and R * wsize <= 48 * 1024
+    spec = ("nn", op, x.dtype, out.dtype, plan.inner, len(plan.kshape), len(plan.rshape), cached)
+    kern = ctx.modules.get(spec, lambda: _build_nn(op, x.dtype, out.dtype, plan.inner, len(plan.kshape),
+                                                   len(plan.rshape), cached))
     if plan.inner:
         threads = 512 if R >= 8192 else (256 if R >= 512 else (128 if R >= 128 else 32))
         grid = (int(min(plan.nout, ctx.sm_count * 32)), 1, 1)
@@ -363,7 +392,8 @@ def _nn(lane, op: str, x, out, axes: tuple) -> None:
         threads = 256
         grid = (int(min(-(-plan.nout // 256), ctx.sm_count * 16)), 1, 1)
     kern.launch(lane.stream, grid, (threads, 1, 1),
-                (out.ptr, x.ptr, plan.kshape, plan.kstride, plan.rshape, plan.rstride, plan.nout, R))
+                (out.ptr, x.ptr, plan.kshape, plan.kstride, plan.rshape, plan.rstride, plan.nout, R),
+                smem=R * wsize if cached else 0)
 
 
 def softmax(lane, prim, ins, outs) -> None:
