@@ -389,3 +389,32 @@ def test_assignments_that_read_the_array_they_write(device, rng, dtype):
     want[:, 0] = up(want[:, 2]) * 2
     want[[0, 2]] = want[[2, 0]].copy()
     assert_same(a, want)
+
+
+def test_augmented_assignment_updates_the_object_like_numpy(device, rng):
+    xn = rng.standard_normal(5)
+    with lf.stream(device):
+        x = lf.array(xn)
+        alias = x
+        before = x * 1.0
+        x += 2.0
+        x *= lf.array(xn)
+        ref = xn.copy()
+        ref_alias = ref
+        ref += 2.0
+        ref *= xn
+    assert alias is x
+    np.testing.assert_array_equal(np.asarray(alias), ref_alias)
+    np.testing.assert_array_equal(np.asarray(before), xn)
+
+
+def test_augmented_assignment_keeps_dtype_and_shape_or_refuses(device):
+    with lf.stream(device):
+        x = lf.array([1.0, 2.0], dtype=lf.float32)
+        x += lf.array([1.0, 1.0])          # float64 result cast back (same kind)
+        assert x.dtype == lf.float32 and x.tolist() == [2.0, 3.0]
+        i = lf.array([1, 2])
+        with pytest.raises(TypeError, match=r"\+=: cannot cast the float64 result"):
+            i += 1.5
+        with pytest.raises(ValueError, match=r"\+=: the result of shape \(2, 2\)"):
+            i += lf.array([[1], [2]])

@@ -236,6 +236,31 @@ class Array:
     def __gt__(self, o): return ops.greater(self, o)  # noqa: E704
     def __ge__(self, o): return ops.greater_equal(self, o)  # noqa: E704
 
+    # In-place operators update this array object, as in numpy: every name bound to it sees the new
+    # value (arrays computed from the old value do not change). The result must keep the shape, and
+    # its dtype must cast back with numpy's "same_kind" rule (an int array += 1.5 is an error).
+    def _inplace(self, op, o, name):
+        r = op(self, o)
+        if r.shape != self.shape:
+            raise ValueError(f"{name}: the result of shape {r.shape} does not fit the array of shape {self.shape}")
+        if r.dtype != self.dtype:
+            if not np.can_cast(r.dtype, self.dtype, "same_kind") and not (
+                    r.dtype.kind == self.dtype.kind == "f"):
+                raise TypeError(f"{name}: cannot cast the {r.dtype} result back to the array's {self.dtype} "
+                                "(numpy's same_kind rule); write x = x op y to get a new array instead")
+            r = ops.astype(r, self.dtype)
+        self._rebind(r._data)
+        return self
+
+    def __iadd__(self, o): return self._inplace(ops.add, o, "+=")  # noqa: E704
+    def __isub__(self, o): return self._inplace(ops.subtract, o, "-=")  # noqa: E704
+    def __imul__(self, o): return self._inplace(ops.multiply, o, "*=")  # noqa: E704
+    def __itruediv__(self, o): return self._inplace(ops.divide, o, "/=")  # noqa: E704
+    def __ifloordiv__(self, o): return self._inplace(ops.floor_divide, o, "//=")  # noqa: E704
+    def __imod__(self, o): return self._inplace(ops.remainder, o, "%=")  # noqa: E704
+    def __ipow__(self, o): return self._inplace(ops.power, o, "**=")  # noqa: E704
+    def __imatmul__(self, o): return self._inplace(ops.matmul, o, "@=")  # noqa: E704
+
     __hash__ = None  # type: ignore[assignment]
 
 
