@@ -63,9 +63,10 @@ def _schedule_one(d: ArrayData) -> None:
     outs = d.siblings or (d,)
     ins = d.inputs
     donor = _donor(d) if prim.donates else None
+    # The donor keeps its (now overwritten) buffer reference: nothing can see it, except an op another
+    # host thread builds from the same binding while this thread assigns into it. That is a race in
+    # any array library; here the late reader is ordered after the write (RAW) instead of crashing.
     out_bufs = submit(prim, stream, [i.buffer for i in ins], outs, donor.buffer if donor is not None else None)
-    if donor is not None:
-        donor.buffer = None  # ownership moved to the output
     _finish(outs, out_bufs)
 
 
