@@ -272,3 +272,23 @@ def test_closed_stream_is_rejected():
     s.close()
     with pytest.raises(ValueError, match="closed"):
         lf.add(lf.array([1]), 1, stream=s)
+
+
+def test_a_failing_cross_lane_wait_fails_only_the_command_it_guarded(rng, monkeypatch):
+    s1, s2 = lf.new_stream(lf.cpu, lanes=1), lf.new_stream(lf.cpu, lanes=1)
+    x = lf.array(rng.standard_normal(4))
+    a = lf.exp(x, stream=s1)
+    lf.eval(a)
+    producer = a._data.buffer.writer.lane
+
+    def broken(seq, timeout=None):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(producer, "host_wait", broken)
+    b = lf.sin(a, stream=s2)                   # waits on s1's lane: the wait fails
+    with pytest.raises(lf.ExecutionError, match="device lost"):
+        lf.eval(b)
+    monkeypatch.undo()
+    c = lf.cos(x, stream=s2)                   # the lane still works
+    np.testing.assert_array_equal(np.asarray(c), np.cos(np.asarray(x)))
+    s1.close(), s2.close()

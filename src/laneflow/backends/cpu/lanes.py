@@ -11,6 +11,7 @@ import threading
 import time
 
 from ...runtime import delays, tracing
+from ...errors import ExecutionError
 from ...runtime.fence import ThreadFence
 from ...runtime.lane import Command, Lane, Point
 
@@ -36,23 +37,32 @@ class ThreadLane(Lane):
 
     def _work(self) -> None:
         q, fence = self._queue, self.fence
+        wait_error = None  # a failed wait poisons the command it was for, not the whole lane
         while True:
             item = q.get()
             if item is _STOP:
                 return
             if item.__class__ is Point:
                 # Another lane's command (possibly on another backend) must finish first.
-                item.lane.host_wait(item.seq)
+                try:
+                    item.lane.host_wait(item.seq)
+                except Exception as e:  # noqa: BLE001 - e.g. a CUDA error while waiting for the GPU
+                    wait_error = ExecutionError(f"wait for {item.lane.name}", e)
                 continue
-            sink = tracing.active
-            if sink is not None:
-                t0 = time.perf_counter()
-            hook = delays.current()
-            if hook is not None:
-                d = hook()
-                if d > 0:
-                    time.sleep(d)
             try:
+                if wait_error is not None:
+                    for b in item.writes:
+                        b.error = wait_error
+                    wait_error = None
+                    continue
+                sink = tracing.active
+                if sink is not None:
+                    t0 = time.perf_counter()
+                hook = delays.current()
+                if hook is not None:
+                    d = hook()
+                    if d > 0:
+                        time.sleep(d)
                 item.run(self)  # catches the command's own errors; see Command.run
                 if sink is not None:
                     sink.ran(self, item.seq, t0, time.perf_counter())
