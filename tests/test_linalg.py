@@ -107,7 +107,9 @@ def test_integer_input_computes_in_float64(device):
 def test_one_output_of_a_factorization_schedules_all_of_them(device, rng):
     a = rng.standard_normal((4, 4))
     with lf.stream(device):
-        q, r = lf.linalg.qr(lf.array(a))
+        A = lf.array(a)
+        lf.eval(A)                     # the upload is a command of its own on the GPU
+        q, r = lf.linalg.qr(A)
         lf.reset_stats()
         lf.eval(q)
         assert r._data.buffer is not None and lf.stats()["commands"] == 1
