@@ -35,6 +35,17 @@ def device(request) -> lf.Device:
 
 
 @pytest.fixture
+def cpu_default_device():
+    """For tests about CPU lanes: make the CPU the default device even where a GPU is present."""
+    import laneflow.streams as streams
+
+    old = streams._default_device
+    lf.set_default_device(lf.cpu)
+    yield
+    streams._default_device = old
+
+
+@pytest.fixture
 def rng() -> np.random.Generator:
     seed = int(os.environ.get("LANEFLOW_TEST_SEED", secrets.randbits(32)))
     print(f"LANEFLOW_TEST_SEED={seed}")

@@ -31,7 +31,8 @@ def test_demo_prints_a_table_and_writes_timeline_and_trace(tmp_path):
 
 def test_bench_dispatch_quick_writes_json(tmp_path):
     f = tmp_path / "r.json"
-    p = laneflow("bench", "dispatch", "--quick", "--peers", "numpy", "--json", str(f), cwd=tmp_path)
+    p = laneflow("bench", "dispatch", "--quick", "--device", "cpu", "--peers", "numpy", "--json", str(f),
+                 cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "laneflow eager" in p.stdout and "tracing on" in p.stdout
     doc = json.loads(f.read_text())

@@ -12,6 +12,8 @@ from laneflow.runtime.fence import ThreadFence
 from laneflow.runtime.lane import Lane
 from laneflow.runtime.stats import STATS
 
+pytestmark = pytest.mark.usefixtures("cpu_default_device")  # these tests are about CPU lanes
+
 
 class RecordingLane(Lane):
     """A lane that records what the encoder asks of it and never runs anything."""

@@ -72,15 +72,16 @@ def test_lf_array_of_a_dlpack_producer_copies_so_later_producer_writes_do_not_sh
 
 def test_a_dlpack_export_cannot_be_written_through(rng):
     xn = rng.standard_normal(3)
-    a = lf.array(xn, device=lf.cpu)
-    b = a + 0.0
-    lf.eval(b)
-    view = np.from_dlpack(b)
-    if view.flags.writeable:     # a legacy consumer gets a private copy instead
-        view[0] = 99.0
-    assert_same(b, xn + 0.0)
-    c = b * 1.0
-    assert_same(c, xn)
+    with lf.stream(lf.cpu):
+        a = lf.array(xn)
+        b = a + 0.0
+        lf.eval(b)
+        view = np.from_dlpack(b)
+        if view.flags.writeable:     # a legacy consumer gets a private copy instead
+            view[0] = 99.0
+        assert_same(b, xn + 0.0)
+        c = b * 1.0
+        assert_same(c, xn)
 
 
 # -- compile ----------------------------------------------------------------------------------

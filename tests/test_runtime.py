@@ -13,6 +13,8 @@ import pytest
 import laneflow as lf
 from laneflow.runtime.fence import ThreadFence
 
+pytestmark = pytest.mark.usefixtures("cpu_default_device")  # these tests are about CPU lanes
+
 
 def _four_independent(x, s):
     return [lf.exp(x, stream=s), lf.sin(x, stream=s), lf.cos(x, stream=s), lf.tanh(x, stream=s)]

@@ -11,6 +11,8 @@ import pytest
 import laneflow as lf
 from laneflow.runtime import tracing
 
+pytestmark = pytest.mark.usefixtures("cpu_default_device")  # these tests are about CPU lanes
+
 
 @pytest.fixture
 def stream4():
@@ -158,3 +160,18 @@ def test_device_lanes_report_times_that_are_resolved_when_the_block_ends():
     (e,) = t.events
     assert (e.op, e.lane, e.device) == ("matmul", "gpu:0/s9.0", "gpu:0")
     assert e.start == pytest.approx(0.5) and e.duration == pytest.approx(0.25)
+
+
+def test_every_command_on_a_device_stream_is_recorded_with_its_times(device, rng):
+    s = lf.new_stream(device, lanes=2)
+    a = lf.array(rng.standard_normal((64, 64)), stream=s)
+    lf.eval(a)
+    with lf.trace() as t:
+        outs = [lf.exp(a, stream=s), lf.tanh(a, stream=s), lf.matmul(a, a, stream=s)]
+        lf.eval(lf.add(outs[0], outs[1], stream=s), outs[2])
+    ev = t.events
+    assert sorted(e.op for e in ev) == ["add", "exp", "matmul", "tanh"]
+    assert all(e.device == str(device) and 0 <= e.start <= e.end for e in ev)
+    add = next(e for e in ev if e.op == "add")
+    assert add.start >= max(e.end for e in ev if e.op in ("exp", "tanh")) - 1e-6  # ordered after its inputs
+    s.close()

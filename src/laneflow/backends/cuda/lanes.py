@@ -23,7 +23,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from ...errors import LaneflowError
-from ...runtime import delays
+from ...runtime import delays, tracing
 from ...runtime.lane import Command, Lane, Point
 from .driver import NOT_READY, DeviceContext, check, fail
 
@@ -204,7 +204,11 @@ class CudaLane(Lane):
             for b in cmd.writes:
                 b.error = e
         else:
-            cmd.run(self)
+            sink = tracing.active
+            if sink is None:
+                cmd.run(self)
+            else:
+                _traced_run(self, cmd, sink)
         self.fence.mark(cmd.seq, self.stream)
 
     def _enqueue_wait(self, point: Point) -> None:
@@ -231,3 +235,50 @@ class CudaLane(Lane):
                 self.ctx.memory.raw_free(self.workspace[0], self.stream)
                 self.workspace = None
             check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")  # returns at once; work still runs
+
+
+# -- tracing: timing events only while a trace records ---------------------------------------------
+
+_elapsed_ms = getattr(cu, "cuEventElapsedTime", None) or getattr(cu, "cuEventElapsedTime_v2")
+
+
+class _TraceClock:
+    """Places a trace's GPU timing events on the host's ``perf_counter`` clock: one anchor event is
+    recorded and synchronised at a known host time; later events are offsets from it
+    (``cuEventElapsedTime``). One per (trace, device); costs one synchronisation per trace."""
+
+    def __init__(self, lane: "CudaLane"):
+        self.event = check(cu.cuEventCreate(0), "cuEventCreate")
+        check(cu.cuEventRecord(self.event, lane.stream), "cuEventRecord")
+        check(cu.cuEventSynchronize(self.event), "cuEventSynchronize")
+        self.host = time.perf_counter()
+
+    def at(self, event) -> float:
+        return self.host + check(_elapsed_ms(self.event, event), "cuEventElapsedTime") / 1e3
+
+
+_clocks: dict = {}
+
+
+def _traced_run(lane: "CudaLane", cmd: Command, sink) -> None:
+    key = (id(sink), lane.ctx)
+    clock = _clocks.get(key)
+    if clock is None:
+        _clocks.clear()  # one trace records at a time: forget earlier traces' anchors
+        clock = _clocks[key] = _TraceClock(lane)
+    start = check(cu.cuEventCreate(0), "cuEventCreate")
+    end = check(cu.cuEventCreate(0), "cuEventCreate")
+    check(cu.cuEventRecord(start, lane.stream), "cuEventRecord")
+    cmd.run(lane)
+    check(cu.cuEventRecord(end, lane.stream), "cuEventRecord")
+
+    def resolve(start=start, end=end, clock=clock) -> tuple[float, float]:
+        try:
+            lane.ctx.ensure_current()
+            check(cu.cuEventSynchronize(end), "cuEventSynchronize")
+            return clock.at(start), clock.at(end)
+        finally:
+            cu.cuEventDestroy(start)
+            cu.cuEventDestroy(end)
+
+    sink.ran_on_device(lane, cmd.seq, resolve)
