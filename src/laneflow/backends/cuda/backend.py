@@ -52,6 +52,12 @@ class CUDABackend(Backend):
         if not 0 <= device.index < self.count:
             raise ValueError(f"{device}: this machine has {self.count} GPU(s) (indices 0..{self.count - 1})")
 
+    def event_timer(self, stream: Any):
+        """A device-event timer of ``stream``'s work across its lanes (used by ``laneflow bench``)."""
+        from .timing import StreamEventTimer
+
+        return StreamEventTimer(stream)
+
     def create_lanes(self, device: Any, stream_id: int, count: int) -> list[CudaLane]:
         ctx = self.context(device.index)
         return [CudaLane(ctx, device, stream_id, k) for k in range(count)]

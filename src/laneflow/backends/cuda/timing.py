@@ -1,0 +1,46 @@
+"""Device-event timing of a stream's work, for benchmarks (``CUDABackend.event_timer``).
+
+``start()`` waits until the stream is idle and records a timing event on its first lane, which then
+completes at once; ``stop()`` records an event on every lane and returns the time from the start
+event to the last lane's end, so work spread over lanes is timed end to end on the GPU's clock.
+"""
+
+from __future__ import annotations
+
+from cuda.bindings import driver as cu
+
+from .driver import check
+
+_elapsed_ms = getattr(cu, "cuEventElapsedTime", None) or getattr(cu, "cuEventElapsedTime_v2")
+
+
+class StreamEventTimer:
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        ctx = stream.lanes[0].ctx
+        ctx.ensure_current()
+        self.ctx = ctx
+        self.begin = check(cu.cuEventCreate(0), "cuEventCreate")
+        self.ends = [check(cu.cuEventCreate(0), "cuEventCreate") for _ in stream.lanes]
+
+    def start(self) -> None:
+        self.stream.synchronize()
+        self.ctx.ensure_current()
+        check(cu.cuEventRecord(self.begin, self.stream.lanes[0].stream), "cuEventRecord")
+
+    def stop(self) -> float:
+        self.ctx.ensure_current()
+        for ev, lane in zip(self.ends, self.stream.lanes):
+            check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord")
+        longest = 0.0
+        for ev in self.ends:
+            check(cu.cuEventSynchronize(ev), "cuEventSynchronize")
+            longest = max(longest, check(_elapsed_ms(self.begin, ev), "cuEventElapsedTime"))
+        return longest / 1e3
+
+    def __del__(self) -> None:
+        try:
+            for ev in [self.begin, *self.ends]:
+                cu.cuEventDestroy(ev)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
