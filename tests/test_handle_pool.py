@@ -203,3 +203,25 @@ def test_library_without_stream_binding_never_calls_set_stream():
             assert ws["lane"] == lane.name
     assert not any(e[0] == "set_stream" for e in lib.log)
     ss[0].close()
+
+
+@pytest.mark.parametrize("policy", ["device", "stream"])
+def test_a_lane_going_away_frees_its_workspace_and_its_own_handle(policy):
+    hp.set_handle_policy(policy)
+    lib = FakeLibrary(ws_bytes=1000)
+    pool = hp.HandlePool(lib)
+    ss, ls = lanes(2, streams=1)
+    before = hp.handle_stats()
+    for lane in ls:
+        with pool.use(lane) as (h, ws):
+            lib.call(h, ws, lane)
+    freed = []
+    pool.forget_lane(ls[0], freed.append)
+    after = hp.handle_stats()
+    assert [w["lane"] for w in freed] == [ls[0].name]
+    assert after["workspace_bytes"]["fakeblas"] - before["workspace_bytes"].get("fakeblas", 0) == 1000
+    assert pool.handles() == (1 if policy == "device" else 1)
+    assert ("destroy", 1) in lib.log if policy == "stream" else not any(e[0] == "destroy" for e in lib.log)
+    with pool.use(ls[1]) as (h, ws):   # the other lane still works
+        lib.call(h, ws, ls[1])
+    ss[0].close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._ops_namespace import *  # noqa: F401,F403
 from ._ops_namespace import abs, all, any, max, min, sum  # noqa: F401,A004 - numpy's names
-from . import linalg, random, testing  # noqa: F401,E402 - after the ops they use
+from . import cuda, linalg, random, testing  # noqa: F401,E402 - after the ops they use
 from .array import Array
 from .device import Device, cpu, gpu
 from .dtypes import (  # noqa: F401
@@ -31,6 +31,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "Device", "Stream", "cpu", "gpu", "default_device", "set_default_device", "new_stream",
     "default_stream", "stream", "synchronize", "gpu_available", "eval", "async_eval", "stats", "reset_stats",
-    "compile", "CompileError", "from_dlpack", "LaneflowError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "linalg", "random", "testing",
+    "compile", "CompileError", "from_dlpack", "LaneflowError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "cuda", "linalg", "random", "testing",
     "trace",
 ]

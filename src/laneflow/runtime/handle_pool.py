@@ -68,11 +68,12 @@ class HandleLibrary(Protocol):
 
 
 class HandleStats:
-    __slots__ = ("created", "handle_bytes", "workspace_bytes", "set_stream_issued", "set_stream_elided",
-                 "workspace_binds")
+    __slots__ = ("created", "destroyed", "handle_bytes", "workspace_bytes", "set_stream_issued",
+                 "set_stream_elided", "workspace_binds")
 
     def __init__(self) -> None:
         self.created: Counter = Counter()
+        self.destroyed: Counter = Counter()
         self.handle_bytes: Counter = Counter()
         self.workspace_bytes: Counter = Counter()
         self.set_stream_issued = 0
@@ -82,6 +83,7 @@ class HandleStats:
     def snapshot(self) -> dict[str, Any]:
         return {
             "handles_created": dict(self.created),
+            "handles_live": {k: v - self.destroyed[k] for k, v in self.created.items()},
             "handle_bytes": dict(self.handle_bytes),
             "workspace_bytes": dict(self.workspace_bytes),
             "set_stream_issued": self.set_stream_issued,
@@ -163,16 +165,39 @@ class HandlePool:
     def handles(self) -> int:
         return len(self._entries)
 
+    def forget_lane(self, lane: Any, free_workspace: Any) -> None:
+        """A lane is going away: free its workspaces (``free_workspace(ws)``, ordered on that lane by the
+        caller) and destroy a handle that belonged to it alone (the ``stream`` policy)."""
+        lib = self.library
+        with self._lock:
+            for key, e in list(self._entries.items()):
+                with e.lock:
+                    ws = e.workspaces.pop(lane, None)
+                    if ws is not None:
+                        free_workspace(ws)
+                        STATS.workspace_bytes[lib.name] -= lib.workspace_bytes(lane.device)
+                    if e.workspace is ws:
+                        e.workspace = None
+                    if e.lane is lane:
+                        e.lane = None
+                if key == ("stream", lane.id):
+                    del self._entries[key]
+                    lib.destroy(e.handle)
+                    STATS.destroyed[lib.name] += 1
+                    STATS.handle_bytes[lib.name] -= lib.handle_bytes(lane.device)
+
     def close(self) -> None:
         """Destroy every handle (after the device work using them has finished)."""
         with self._lock:
             for e in self._entries.values():
                 self.library.destroy(e.handle)
+                STATS.destroyed[self.library.name] += 1
             self._entries.clear()
 
 
 def handle_stats() -> dict[str, Any]:
-    """Handles created per library, device bytes held by handles and workspaces, set-stream calls."""
+    """Handles created and live per library, device bytes held by handles and by workspaces, and the
+    set-stream calls issued and elided (``lf.cuda.handle_stats()``)."""
     return STATS.snapshot()
 
 

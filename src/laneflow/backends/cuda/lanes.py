@@ -174,7 +174,6 @@ class CudaLane(Lane):
         self.handle = int(self.stream)  # for library calls that take a raw stream
         self.fence = EventFence(ctx, ctx.events)
         self.closed = False
-        self.workspace = None  # (ptr, bytes) of this lane's cuBLASLt workspace
 
     def _enqueue(self, cmd: Command) -> None:
         ctx = self.ctx
@@ -231,9 +230,9 @@ class CudaLane(Lane):
         if not self.closed:
             self.closed = True
             self.ctx.ensure_current()
-            if self.workspace is not None:
-                self.ctx.memory.raw_free(self.workspace[0], self.stream)
-                self.workspace = None
+            lib = self.ctx.matmul
+            if lib is not None:  # this lane's library workspaces (and a handle of its own) go with it
+                lib.pool.forget_lane(self, lambda ws: self.ctx.memory.raw_free(ws[0], self.stream))
             check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")  # returns at once; work still runs
 
 

@@ -22,13 +22,14 @@ from cuda.bindings import driver as cu
 from ... import dtypes as dt
 from ...errors import LaneflowError
 from .driver import check
+from .handles import LT_WORKSPACE_BYTES, cublaslt_pool
 from .kernels import cdefs as C
 from .kernels.copy import strided_copy
 from .kernels.launch import grid_1d
 from .kernels.plan import broadcast_strides, contiguous_strides
 
 _allow_tf32 = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
-WORKSPACE_BYTES = 32 << 20
+WORKSPACE_BYTES = LT_WORKSPACE_BYTES
 _CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}  # cudaDataType_t
 
 
@@ -51,19 +52,16 @@ class _Plan:
 
 
 class MatmulLib:
-    """Per-device cuBLASLt state: the handle and the plan cache."""
+    """Per-device cuBLASLt state: the handle pool (one handle per device by default, a workspace per
+    lane; see :mod:`laneflow.runtime.handle_pool`), a handle for planning, and the plan cache."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.cublas, self.lt = _lt()
         ctx.ensure_current()
-        self.handle = self.lt.create()
+        self.pool = cublaslt_pool(ctx, self.lt)
+        self.handle = self.lt.create()  # for heuristics queries only; algorithms are valid on any handle
         self.plans: dict = {}
-
-    def workspace(self, lane) -> tuple[int, int]:
-        if lane.workspace is None:
-            lane.workspace = (self.ctx.memory.raw_alloc(WORKSPACE_BYTES, lane.stream, "matmul workspace"), WORKSPACE_BYTES)
-        return lane.workspace
 
     def plan(self, dtype, m: int, n: int, k: int, batch: int, sa: int, sb: int) -> _Plan:
         tf32 = _allow_tf32 and dtype == dt.float32
@@ -127,9 +125,9 @@ class MatmulLib:
         setter(obj, attr, buf.ctypes.data, buf.itemsize)
 
     def run(self, lane, p: _Plan, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
-        ws_ptr, ws_size = self.workspace(lane)
-        self.lt.matmul(self.handle, p.desc, p.alpha.ctypes.data, b_ptr, p.a, a_ptr, p.b, p.beta.ctypes.data,
-                       c_ptr, p.c, c_ptr, p.c, p.algo_ptr, ws_ptr, ws_size, lane.handle)
+        with self.pool.use(lane) as (handle, (ws_ptr, ws_size)):
+            self.lt.matmul(handle, p.desc, p.alpha.ctypes.data, b_ptr, p.a, a_ptr, p.b, p.beta.ctypes.data,
+                           c_ptr, p.c, c_ptr, p.c, p.algo_ptr, ws_ptr, ws_size, lane.handle)
 
 
 def _lib(ctx) -> MatmulLib:
