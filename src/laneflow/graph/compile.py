@@ -202,7 +202,7 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
         for o in outs:
             places[id(o)] = ("slot", n_slots)
             n_slots += 1
-        steps.append((d.prim, d.stream, tuple(srcs), tuple((o.device, o.shape, o.dtype) for o in outs), first))
+        steps.append((d.prim, d.stream, tuple(srcs), [_Spec(o.device, o.shape, o.dtype) for o in outs], first))
     out_refs = []
     for o in outputs:
         p = places.get(id(o))
@@ -227,18 +227,16 @@ def _replay(plan: _Plan, leaves: list) -> Any:
         datas = [a._data for a in leaves]
         _sched.schedule([d for d in datas if d.buffer is None])
         slots: list = [None] * plan.n_slots
-
-        def buf(ref):
-            kind, v = ref
-            if kind == "slot":
-                return slots[v]
-            if kind == "arg":
-                return datas[v].buffer
-            return v.buffer
-
-        for prim, stream, srcs, outs, first in plan.steps:
-            bufs = _sched.submit(prim, stream, [buf(r) for r in srcs], [_Spec(*o) for o in outs])
-            slots[first:first + len(bufs)] = bufs
+        submit = _sched.submit
+        for prim, stream, srcs, specs, first in plan.steps:
+            ins = []
+            for kind, v in srcs:
+                ins.append(slots[v] if kind == "slot" else datas[v].buffer if kind == "arg" else v.buffer)
+            bufs = submit(prim, stream, ins, specs)
+            if len(bufs) == 1:
+                slots[first] = bufs[0]
+            else:
+                slots[first:first + len(bufs)] = bufs
         results = []
         made: dict = {}  # slot -> its value: an output returned twice is one value, never two sharing a buffer
         for ref, shape, dtype, stream in plan.outputs:
