@@ -97,6 +97,8 @@ class CommandEncoder:
                         deps[wl] = w
         for b in writes:
             w = b.writer
+            if w is None and not b.readers:
+                continue  # a fresh output: nothing to order after
             pts = list(b.readers.values())
             war += len(pts)
             if w is not None:
@@ -111,12 +113,15 @@ class CommandEncoder:
                     dups = _dup(dups, pl)
                     if p.seq > old.seq:
                         deps[pl] = p
-        stats.raw += raw
-        stats.waw += waw
-        stats.war += war
+        if raw:
+            stats.raw += raw
+        if waw or war:
+            stats.waw += waw
+            stats.war += war
 
         if lane is None:
-            lane = self.policy.choose(self.lanes, producers)
+            lanes = self.lanes
+            lane = lanes[0] if len(lanes) == 1 else self.policy.choose(lanes, producers)
         if dups is not None:  # implied points on other lanes are elided waits; on this lane, program order
             for dl, n in dups.items():
                 if dl is lane:
@@ -142,7 +147,8 @@ class CommandEncoder:
                     changed[dl] = p.seq
         if changed is not None:
             lane.clock = changed
-        stats.waits_elided += elided
+        if elided:
+            stats.waits_elided += elided
 
         lane.submitted += 1
         cmd = Command(op, fn, reads, writes)
