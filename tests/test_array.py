@@ -418,3 +418,15 @@ def test_augmented_assignment_keeps_dtype_and_shape_or_refuses(device):
             i += 1.5
         with pytest.raises(ValueError, match=r"\+=: the result of shape \(2, 2\)"):
             i += lf.array([[1], [2]])
+
+
+def test_arrays_and_devices_pickle_by_value(device, rng):
+    import pickle
+
+    xn = rng.standard_normal((3, 4)).astype(np.float32)
+    with lf.stream(device):
+        x = lf.array(xn) * 2
+    y = pickle.loads(pickle.dumps(x))
+    assert y is not x and y.device == device and y.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(y), xn * 2)
+    assert pickle.loads(pickle.dumps(lf.Device("cpu"))) == lf.cpu

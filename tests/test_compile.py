@@ -154,3 +154,41 @@ def test_fuzz_programs_compiled_equal_eager(device, prog):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(e))
     for s in streams:
         s.close()
+
+
+def test_assigning_into_a_captured_array_is_refused(device):
+    with lf.stream(device):
+        state = lf.array([0, 0])
+
+        def bump(x):
+            state[0] = 1                      # a captured array: the change would happen once, at tracing
+            return x + 1
+
+        def accumulate(x):
+            nonlocal state
+            s = state
+            s += x                            # the same, through an in-place operator
+            return s
+
+        with pytest.raises(lf.CompileError, match="assigns into an array it did not create"):
+            lf.compile(bump)(lf.array([1, 2]))
+        with pytest.raises(lf.CompileError, match="assigns into an array it did not create"):
+            lf.compile(accumulate)(lf.array([1, 2]))
+        assert state.tolist() == [0, 0]
+
+
+def test_arrays_created_inside_the_function_may_be_assigned_into(device):
+    with lf.stream(device):
+        captured = lf.array([5.0, 6.0])
+
+        @lf.compile
+        def f(x):
+            y = lf.array(captured)            # a new array object bound to the captured value
+            y[0] = x[1]
+            z = x * 2
+            z += 1
+            return y, z
+
+        a, b = f(lf.array([1.0, 2.0]))
+        assert a.tolist() == [2.0, 6.0] and b.tolist() == [3.0, 5.0]
+        assert captured.tolist() == [5.0, 6.0]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .graph import compile as _compile
 from .graph import schedule as _sched
 from .graph.node import ArrayData
 
@@ -28,9 +29,13 @@ class Array:
         a = object.__new__(cls)
         a._data = data
         data.arrays += 1
+        if _compile.ACTIVE[0]:
+            _compile.note_created(a)
         return a
 
     def _rebind(self, data: ArrayData) -> None:
+        if _compile.ACTIVE[0]:
+            _compile.check_rebind(self)
         data.arrays += 1
         old, self._data = self._data, data
         old.arrays -= 1
@@ -142,6 +147,10 @@ class Array:
 
     def __str__(self) -> str:
         return str(self._host())
+
+    def __reduce__(self):
+        """Pickle the value (through the host) and its device; unpickling makes a new array there."""
+        return (_unpickle, (np.array(self._host()), self.device))
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: bool | None = None) -> Any:
@@ -262,6 +271,10 @@ class Array:
     def __imatmul__(self, o): return self._inplace(ops.matmul, o, "@=")  # noqa: E704
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _unpickle(host: np.ndarray, device: Any) -> Array:
+    return ops.array(host, device=device)
 
 
 from . import _ops_namespace as ops  # noqa: E402  (ops build Arrays, so they import this module first)

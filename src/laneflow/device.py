@@ -25,6 +25,9 @@ class Device:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Device is immutable")
 
+    def __reduce__(self):
+        return (Device, (self.type, self.index))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Device) and other.type == self.type and other.index == self.index
 

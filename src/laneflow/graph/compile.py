@@ -56,6 +56,32 @@ def tracing() -> bool:
     return getattr(_tracing, "depth", 0) > 0
 
 
+#: How many traces run right now, in any thread. Arrays note their creation only while one runs, so
+#: outside compile this costs one global read per array.
+ACTIVE = [0]
+
+
+def note_created(array: Any) -> None:
+    created = getattr(_tracing, "created", None)
+    if created is not None:
+        created.add(id(array))
+
+
+def check_rebind(array: Any) -> None:
+    """Refuse ``x[...] = v`` / ``x += v`` inside a traced function on an array it did not create."""
+    created = getattr(_tracing, "created", None)
+    if created is None or id(array) in created:
+        return
+    name = _tracing.fn_name
+    i = _tracing.params.get(id(array))
+    if i is not None:
+        raise CompileError(f"compile: {name} assigns into its argument {i} (x[...] = v); compiled functions "
+                           "cannot change their arguments: return the new value instead")
+    raise CompileError(f"compile: {name} assigns into an array it did not create (a captured array: x[...] = v "
+                       "or x += v); that change would happen once, while tracing, not on every call: pass the "
+                       "array as an argument and return its new value")
+
+
 class _Plan:
     """The steps of one traced signature."""
 
@@ -159,11 +185,16 @@ class CompiledFunction:
                   for i, a in enumerate(leaves)]
         holders = [p._data for p in params]
         args, kwargs = _unflatten(treedef, params)
+        _tracing.created, _tracing.fn_name = set(), name
+        _tracing.params = {id(p): i for i, p in enumerate(params)}
         _tracing.depth = getattr(_tracing, "depth", 0) + 1
+        ACTIVE[0] += 1
         try:
             out = self.fn(*args, **kwargs)
         finally:
+            ACTIVE[0] -= 1
             _tracing.depth -= 1
+            _tracing.created = _tracing.params = None
         for i, (p, d) in enumerate(zip(params, holders)):
             if p._data is not d:
                 raise CompileError(f"compile: {name} assigns into its argument {i} (x[...] = v); compiled "
