@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import LaneflowError
+from .memory_plan import Value, plan_memory
 from .node import ArrayData, Primitive
 from . import schedule as _sched
 
@@ -83,12 +84,14 @@ def check_rebind(array: Any) -> None:
 
 
 class _Plan:
-    """The steps of one traced signature."""
+    """The steps of one traced signature, and the static memory of its intermediates."""
 
-    __slots__ = ("steps", "outputs", "treedef", "n_slots")
+    __slots__ = ("steps", "outputs", "treedef", "n_slots", "memory", "arena")
 
-    def __init__(self, steps, outputs, treedef, n_slots):
+    def __init__(self, steps, outputs, treedef, n_slots, memory=None):
         self.steps, self.outputs, self.treedef, self.n_slots = steps, outputs, treedef, n_slots
+        self.memory = memory   # MemoryPlan over intermediate slots, or None
+        self.arena = None      # slot -> (region buffer, view), made at the first replay
 
 
 class _Static:
@@ -241,7 +244,38 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
             o.arrays += 1
             p = ("const", o)
         out_refs.append((p, o.shape, o.dtype, o.stream))
-    return _Plan(steps, out_refs, out_tree, n_slots)
+    return _Plan(steps, out_refs, out_tree, n_slots, _memory_plan(steps, out_refs))
+
+
+def _memory_plan(steps: list, out_refs: list):
+    """Regions for the intermediates (slots not returned), when every step runs on one backend that
+    can hand out views of raw memory; else None and each replay allocates afresh."""
+    streams = {id(st): st for _, st, _, _, _ in steps}
+    devices = {st.device for st in streams.values()}
+    backends = {type(st.backend) for st in streams.values()}
+    if len(devices) != 1 or len(backends) != 1 or not hasattr(next(iter(streams.values())).backend, "view"):
+        return None
+    returned = {ref[1] for ref, *_ in out_refs if ref[0] == "slot"}
+    producer: dict[int, int] = {}
+    values: dict[int, Value] = {}
+    deps: list[list[int]] = []
+    for j, (_, _, srcs, specs, first) in enumerate(steps):
+        ds = set()
+        for kind, v in srcs:
+            if kind == "slot":
+                ds.add(producer[v])
+                if v in values:
+                    values[v].users.append(j)
+        deps.append(sorted(ds))
+        for k, spec in enumerate(specs):
+            slot = first + k
+            producer[slot] = j
+            if slot not in returned:
+                n = spec.dtype.itemsize
+                for s in spec.shape:
+                    n *= s
+                values[slot] = Value(n, j)
+    return plan_memory(values, deps) if values else None
 
 
 class _Spec:
@@ -258,16 +292,19 @@ def _replay(plan: _Plan, leaves: list) -> Any:
         datas = [a._data for a in leaves]
         _sched.schedule([d for d in datas if d.buffer is None])
         slots: list = [None] * plan.n_slots
-        submit = _sched.submit
-        for prim, stream, srcs, specs, first in plan.steps:
-            ins = []
-            for kind, v in srcs:
-                ins.append(slots[v] if kind == "slot" else datas[v].buffer if kind == "arg" else v.buffer)
-            bufs = submit(prim, stream, ins, specs)
-            if len(bufs) == 1:
-                slots[first] = bufs[0]
-            else:
-                slots[first:first + len(bufs)] = bufs
+        if plan.memory is not None:
+            _replay_in_arena(plan, datas, slots)
+        else:
+            submit = _sched.submit
+            for prim, stream, srcs, specs, first in plan.steps:
+                ins = []
+                for kind, v in srcs:
+                    ins.append(slots[v] if kind == "slot" else datas[v].buffer if kind == "arg" else v.buffer)
+                bufs = submit(prim, stream, ins, specs)
+                if len(bufs) == 1:
+                    slots[first] = bufs[0]
+                else:
+                    slots[first:first + len(bufs)] = bufs
         results = []
         made: dict = {}  # slot -> its value: an output returned twice is one value, never two sharing a buffer
         for ref, shape, dtype, stream in plan.outputs:
@@ -282,6 +319,53 @@ def _replay(plan: _Plan, leaves: list) -> Any:
                     d.buffer = slots[ref[1]]
             results.append(Array._wrap(d))
     return _unflatten(plan.treedef, results)
+
+
+def _replay_in_arena(plan: _Plan, datas: list, slots: list) -> None:
+    """Replay with intermediates in the plan's regions. Each region is one buffer, so the encoder orders
+    a region's reuse after its earlier readers, within a call and across calls."""
+    steps = plan.steps
+    backend = steps[0][1].backend
+    arena = plan.arena
+    if arena is None:
+        mem = plan.memory
+        device = steps[0][1].device
+        regions = [backend.allocate_region(device, n, "compile arena") for n in mem.region_bytes]
+        arena = {}
+        for _, _, _, specs, first in steps:
+            for k, spec in enumerate(specs):
+                r = mem.region_of.get(first + k)
+                if r is not None:
+                    arena[first + k] = (regions[r], backend.view(regions[r], spec.shape, spec.dtype))
+        plan.arena = arena
+    views: list = [None] * len(slots)
+    for prim, stream, srcs, specs, first in steps:
+        in_bufs, in_data = [], []
+        for kind, v in srcs:
+            if kind == "slot":
+                b = slots[v]
+                in_bufs.append(b)
+                in_data.append(views[v] if views[v] is not None else b.data)
+            else:
+                b = datas[v].buffer if kind == "arg" else v.buffer
+                in_bufs.append(b)
+                in_data.append(b.data)
+        out_bufs, out_data = [], []
+        for k, spec in enumerate(specs):
+            slot = first + k
+            placed = arena.get(slot)
+            if placed is None:
+                b = backend.allocate(spec.device, spec.shape, spec.dtype, prim.name)
+                out_bufs.append(b)
+                out_data.append(b.data)
+            else:
+                out_bufs.append(placed[0])
+                out_data.append(placed[1])
+                views[slot] = placed[1]
+            slots[slot] = out_bufs[-1]
+        if stream._closed:
+            raise CompileError(f"{prim.name}: its stream {stream} was closed; the compiled function cannot run on it")
+        _sched.encode_call(prim, stream, in_bufs, in_data, out_bufs, out_data)
 
 
 def compile(fn: Callable) -> CompiledFunction:  # noqa: A001 - the public name

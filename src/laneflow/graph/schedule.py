@@ -91,9 +91,14 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
             out_bufs.append(donated)
         else:
             out_bufs.append(backend.allocate(o.device, o.shape, o.dtype, prim.name))
-    kern = backend.kernel(prim.kind)
-    in_data = [b.data for b in in_bufs]
-    out_data = [b.data for b in out_bufs]
+    encode_call(prim, stream, in_bufs, [b.data for b in in_bufs], out_bufs, [b.data for b in out_bufs])
+    return out_bufs
+
+
+def encode_call(prim, stream, in_bufs: list, in_data: list, out_bufs: list, out_data: list) -> None:
+    """Encode one primitive's command: the encoder orders it by the buffers, the kernel gets the data
+    handles (the buffers' own data, or views of them, e.g. a compiled plan's memory regions)."""
+    kern = stream.backend.kernel(prim.kind)
 
     def fn(lane, kern=kern, prim=prim, in_data=in_data, out_data=out_data):
         kern(lane, prim, in_data, out_data)
@@ -109,7 +114,6 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
             else:
                 reads.append(b)
     stream.encoder.encode(prim.name, fn, reads, out_bufs)
-    return out_bufs
 
 
 def _finish(outs, bufs) -> None:

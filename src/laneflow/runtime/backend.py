@@ -34,6 +34,11 @@ class Backend:
         """Buffer for host data. Returns the buffer and, if a copy must run on a lane, its function."""
         raise NotImplementedError
 
+    # Optional, for compiled plans' static memory (graph/memory_plan.py); without them a replay
+    # allocates every intermediate afresh:
+    #   allocate_region(device, nbytes, op) -> Buffer        raw memory of one region
+    #   view(region, shape, dtype) -> data handle             a typed view of a region's start
+
     def to_host(self, buffer: Buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """Host view or copy of a buffer whose writer has finished."""
         raise NotImplementedError

@@ -34,6 +34,15 @@ class CPUBackend(Backend):
             raise OutOfMemoryError(op, nbytes, _free_host_bytes(), str(device)) from None
         return Buffer(device, data.nbytes, data)
 
+    def allocate_region(self, device: Any, nbytes: int, op: str) -> Buffer:
+        """Raw memory for a compiled plan's region (see graph/memory_plan.py)."""
+        return self.allocate(device, (nbytes,), np.dtype(np.uint8), op)
+
+    def view(self, region: Buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A typed view of the start of a region, for a kernel's input or output."""
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return region.data[:n].view(dtype).reshape(shape)
+
     def upload(self, device: Any, host: np.ndarray):
         return Buffer(device, host.nbytes, host), None
 
