@@ -52,6 +52,17 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def run_threads(target, n: int) -> None:
+    """Run ``target(k)`` on n host threads at once and wait for all of them."""
+    import threading
+
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     """Fresh random data of a dtype: never zeros; floats in a range every dtype holds exactly enough."""
     dtype = np.dtype(dtype)

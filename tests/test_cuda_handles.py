@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
 
 import laneflow as lf
+from conftest import run_threads
 
 pytestmark = pytest.mark.skipif(not lf.gpu_available(), reason="no usable GPU: laneflow's CUDA backend or an NVIDIA driver is missing")
 
@@ -85,9 +85,5 @@ def test_four_host_threads_sharing_the_device_handle_get_identical_results(rng):
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
-    ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(work, 4)
     assert not errors, errors[0]

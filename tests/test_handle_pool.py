@@ -7,6 +7,7 @@ import threading
 import pytest
 
 import laneflow as lf
+from conftest import run_threads
 from laneflow.runtime import handle_pool as hp
 
 
@@ -103,18 +104,14 @@ def test_thread_policy_creates_one_handle_per_host_thread():
     ss, ls = lanes(2, streams=1)
     together = threading.Barrier(3)  # alive at once, so no thread id is reused
 
-    def work():
+    def work(_):
         together.wait()
         for lane in ls:
             with pool.use(lane) as (h, ws):
                 lib.call(h, ws, lane)
         together.wait()
 
-    ts = [threading.Thread(target=work) for _ in range(3)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(work, 3)
     assert lib.created == 3
     ss[0].close()
 
@@ -174,11 +171,7 @@ def test_many_threads_and_lanes_never_share_a_workspace_under_the_device_policy(
         except AssertionError as e:
             errors.append(e)
 
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(work, 4)
     assert not errors and lib.created == 1
     ss[0].close()
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import laneflow as lf
+from conftest import run_threads
 from laneflow.runtime.fence import ThreadFence
 
 pytestmark = pytest.mark.usefixtures("cpu_default_device")  # these tests are about CPU lanes
@@ -107,11 +108,7 @@ def test_host_threads_each_with_their_own_stream_get_correct_results(rng):
             errors.append(e)
 
     with lf.testing.inject_delays(0.001, seed=1):
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(work, 4)
     assert not errors
     for k, x in enumerate(inputs):
         acc = x
@@ -136,11 +133,7 @@ def test_one_stream_shared_by_several_threads_is_safe(rng):
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(work, 4)
     assert not errors
     for k in range(4):
         expect = base.copy()
