@@ -65,3 +65,10 @@ def test_gpu_suites_say_they_need_a_gpu_on_the_cpu(tmp_path, suite):
     p = laneflow("bench", suite, "--device", "cpu", "--peers", "none", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "needs a GPU" in p.stdout
+
+
+def test_info_reports_devices_and_settings(tmp_path):
+    p = laneflow("info", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    for key in ("laneflow", "default device", "cpu default lanes", "handle policy", "gpu"):
+        assert key in p.stdout

@@ -1,4 +1,4 @@
-"""``python -m laneflow demo`` and ``python -m laneflow bench <suite>``."""
+"""``python -m laneflow demo``, ``python -m laneflow bench <suite>`` and ``python -m laneflow info``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     from .bench import cli as bench_cli
-    from . import demo
+    from . import demo, info
 
     parser = argparse.ArgumentParser(prog="python -m laneflow",
                                      description="laneflow: independent array work runs at the same time on "
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     demo.add_parser(sub)
     bench_cli.add_parser(sub)
+    info.add_parser(sub)
     return parser
 
 

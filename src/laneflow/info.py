@@ -1,0 +1,46 @@
+"""``python -m laneflow info``: what laneflow sees on this machine, and the settings in force."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+
+
+def collect() -> dict:
+    import numpy as np
+
+    import laneflow as lf
+    from .runtime.handle_pool import handle_policy
+    from .streams import backend_for
+
+    out = {
+        "laneflow": lf.__version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "default device": str(lf.default_device()),
+        "cpu default lanes": backend_for(lf.cpu).default_lanes,
+        "cpu BLAS threads under multi-lane streams": os.environ.get("LANEFLOW_CPU_BLAS_THREADS", "1"),
+        "handle policy": handle_policy(),
+    }
+    try:
+        gpu = backend_for(lf.gpu)
+        ctx = gpu.context(0)
+        out["gpu"] = f"{ctx.name} ({ctx.arch}, {ctx.sm_count} SMs)"
+        out["gpu default lanes"] = gpu.default_lanes
+        out["kernel cache"] = os.environ.get("LANEFLOW_KERNEL_CACHE", "per-user default (see docs/cuda-notes.md)")
+        out["tf32 for float32 matmul"] = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
+    except Exception as e:  # noqa: BLE001 - the reason is the information
+        out["gpu"] = f"not usable: {str(e).splitlines()[0][:160]}"
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    for k, v in collect().items():
+        print(f"{k:<42} {v}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help="show devices, versions and the settings in force")
+    p.set_defaults(func=run)
