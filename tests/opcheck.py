@@ -20,8 +20,8 @@ import numpy as np
 
 import laneflow as lf
 
-DTYPES = [lf.bool_, lf.int8, lf.uint8, lf.int32, lf.int64, lf.float16, lf.bfloat16, lf.float32, lf.float64]
-INTS = [lf.int8, lf.uint8, lf.int32, lf.int64]
+DTYPES = [lf.bool_, lf.int8, lf.uint8, lf.int32, lf.uint32, lf.int64, lf.float16, lf.bfloat16, lf.float32, lf.float64]
+INTS = [lf.int8, lf.uint8, lf.int32, lf.uint32, lf.int64]
 FLOATS = [lf.float16, lf.bfloat16, lf.float32, lf.float64]
 HALF = (lf.float16, lf.bfloat16)
 NUMERIC = INTS + FLOATS

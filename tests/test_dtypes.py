@@ -121,5 +121,5 @@ def test_bfloat16_is_ml_dtypes_bfloat16_and_the_dtype_objects_are_numpy_dtypes(d
         assert isinstance(d, np.dtype)
         with lf.stream(device):
             assert np.asarray(lf.ones((1,), d)).dtype == d
-    assert [str(d) for d in DTYPES] == ["bool", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32",
-                                        "float64"]
+    assert [str(d) for d in DTYPES] == ["bool", "int8", "uint8", "int32", "uint32", "int64", "float16", "bfloat16",
+                                        "float32", "float64"]
