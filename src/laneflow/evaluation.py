@@ -24,9 +24,15 @@ def _leaves(xs: Any) -> Iterator[Array]:
             raise TypeError(f"eval: expected arrays (or lists, tuples, dicts of them), got {type(x).__name__}")
 
 
+def _arrays(xs: tuple) -> list[Array]:
+    if len(xs) == 1 and type(xs[0]) is Array:  # the common case, without walking a tree
+        return [xs[0]]
+    return list(_leaves(xs))
+
+
 def async_eval(*xs: Any) -> None:
     """Start computing ``xs`` and return at once. Errors surface at the next eval or host read."""
-    arrays = list(_leaves(xs))
+    arrays = _arrays(xs)
     with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
         _sched.schedule([a._data for a in arrays])
 
@@ -37,7 +43,7 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
     Independent work runs at the same time on the lanes of each stream; the runtime stays usable
     after an error.
     """
-    arrays = list(_leaves(xs))
+    arrays = _arrays(xs)
     with _sched.LOCK:
         datas = [a._data for a in arrays]
         for d in datas:  # held while waiting: another thread's x[i] = v must not reuse these buffers

@@ -6,15 +6,24 @@ stream safe to share between host threads. Host reads wait only for the writers 
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Sequence
 
 from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
 from .node import ArrayData
 
 
-def toposort(roots: Iterable[ArrayData]) -> list[ArrayData]:
+def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     """Pending nodes reachable from roots, inputs before users. Iterative: deep chains are fine."""
+    if len(roots) == 1:  # the common eager case: one new node over evaluated inputs
+        root = roots[0]
+        if root.buffer is not None:
+            return []
+        for i in root.inputs:
+            if i.buffer is None:
+                break
+        else:
+            return [root]
     order: list[ArrayData] = []
     seen: set[int] = set()
     for root in roots:
@@ -36,7 +45,7 @@ def toposort(roots: Iterable[ArrayData]) -> list[ArrayData]:
     return order
 
 
-def schedule(roots: Iterable[ArrayData]) -> None:
+def schedule(roots: Sequence[ArrayData]) -> None:
     """Submit every pending node needed by roots. Returns without waiting for the work."""
     with LOCK:
         for d in toposort(roots):
