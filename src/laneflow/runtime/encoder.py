@@ -150,15 +150,15 @@ class CommandEncoder:
         if elided:
             stats.waits_elided += elided
 
-        lane.submitted += 1
-        cmd = Command(op, fn, reads, writes)
-        cmd.seq = lane.submitted
-        point = Point(lane, cmd.seq, lane.clock)
+        seq = lane.submitted = lane.submitted + 1
+        cmd = Command(op, fn, reads, writes, seq)
+        point = Point(lane, seq, lane.clock)
         for b in reads:
             b.readers[lane] = point
         for b in writes:
             b.writer = point
-            b.readers = {}
+            if b.readers:
+                b.readers = {}  # a new dict: a reader's point never refers to it
         stats.commands += 1
         stats.per_lane[lane.name] += 1
         sink = tracing.active

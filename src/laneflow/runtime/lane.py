@@ -39,8 +39,8 @@ class Command:
 
     __slots__ = ("op", "fn", "reads", "writes", "seq")
 
-    def __init__(self, op: str, fn: Callable[["Lane"], Any], reads: Sequence, writes: Sequence):
-        self.op, self.fn, self.reads, self.writes, self.seq = op, fn, reads, writes, 0
+    def __init__(self, op: str, fn: Callable[["Lane"], Any], reads: Sequence, writes: Sequence, seq: int = 0):
+        self.op, self.fn, self.reads, self.writes, self.seq = op, fn, reads, writes, seq
 
     def run(self, lane: "Lane") -> None:
         err = None
