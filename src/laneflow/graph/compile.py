@@ -21,6 +21,7 @@ so every traced shape is static.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Any, Callable
 
@@ -86,12 +87,21 @@ def check_rebind(array: Any) -> None:
 class _Plan:
     """The steps of one traced signature, and the static memory of its intermediates."""
 
-    __slots__ = ("steps", "outputs", "treedef", "n_slots", "memory", "arena")
+    __slots__ = ("steps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit", "unit_note")
 
     def __init__(self, steps, outputs, treedef, n_slots, memory=None):
         self.steps, self.outputs, self.treedef, self.n_slots = steps, outputs, treedef, n_slots
         self.memory = memory   # MemoryPlan over intermediate slots, or None
         self.arena = None      # slot -> (region buffer, view), made at the first replay
+        self.calls = 0
+        self.unit = None       # the backend's whole-plan executor (a CUDA graph); False: none
+        self.unit_note = ""    # why there is none
+
+    def stats(self) -> dict:
+        if self.unit:
+            return self.unit.stats()
+        return {"mode": "commands", "steps": len(self.steps), "note": self.unit_note,
+                "arena_bytes": self.memory.arena_bytes if self.memory is not None else 0}
 
 
 class _Static:
@@ -119,34 +129,35 @@ class _Static:
 def _flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
     """Leaves and a structure description of nested lists, tuples and dicts."""
     leaves: list = []
+    return leaves, _walk(tree, is_leaf, leaves)
 
-    def walk(x):
-        if is_leaf(x):
-            leaves.append(x)
-            return ("leaf",)
-        if isinstance(x, (list, tuple)):
-            return (type(x), tuple(walk(v) for v in x))
-        if isinstance(x, dict):
-            return (dict, tuple((k, walk(v)) for k, v in x.items()))
-        return ("static", _Static(x))
 
-    return leaves, walk(tree)
+# Module-level recursion, not nested closures: a recursive closure is a reference cycle, which would
+# keep every leaf (a call's outputs, say) alive until the garbage collector runs.
+def _walk(x: Any, is_leaf: Callable[[Any], bool], leaves: list) -> Any:
+    if is_leaf(x):
+        leaves.append(x)
+        return ("leaf",)
+    if isinstance(x, (list, tuple)):
+        return (type(x), tuple(_walk(v, is_leaf, leaves) for v in x))
+    if isinstance(x, dict):
+        return (dict, tuple((k, _walk(v, is_leaf, leaves)) for k, v in x.items()))
+    return ("static", _Static(x))
 
 
 def _unflatten(treedef: Any, leaves: list) -> Any:
-    it = iter(leaves)
+    return _build(treedef, iter(leaves))
 
-    def build(t):
-        tag = t[0]
-        if tag == "leaf":
-            return next(it)
-        if tag == "static":
-            return t[1].value
-        if tag is dict:
-            return {k: build(v) for k, v in t[1]}
-        return tag(build(v) for v in t[1])
 
-    return build(treedef)
+def _build(t: Any, it: Any) -> Any:
+    tag = t[0]
+    if tag == "leaf":
+        return next(it)
+    if tag == "static":
+        return t[1].value
+    if tag is dict:
+        return {k: _build(v, it) for k, v in t[1]}
+    return tag(_build(v, it) for v in t[1])
 
 
 class CompiledFunction:
@@ -160,6 +171,11 @@ class CompiledFunction:
     @property
     def cache_size(self) -> int:
         return len(self._plans)
+
+    def stats(self) -> list[dict]:
+        """Per traced signature: how calls run (``"cuda graph"`` or ``"commands"``), steps, graph nodes
+        and branches, captures, arena bytes; ``note`` says why a plan is not a graph."""
+        return [p.stats() for p in self._plans.values()]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from ..array import Array
@@ -178,7 +194,7 @@ class CompiledFunction:
         if plan is None:
             plan = self._trace(leaves, treedef)
             self._plans[key] = plan
-        return _replay(plan, leaves)
+        return _replay(plan, leaves, stream)
 
     def _trace(self, leaves: list, treedef: Any) -> _Plan:
         from ..array import Array
@@ -285,22 +301,64 @@ class _Spec:
         self.device, self.shape, self.dtype = device, shape, dtype
 
 
-def _replay(plan: _Plan, leaves: list) -> Any:
+#: ``LANEFLOW_GRAPH=0`` turns whole-plan executors (CUDA graphs) off; ``strict`` makes a plan that
+#: cannot become one raise instead of replaying its commands (used by the GPU tests).
+_GRAPH_MODE = os.environ.get("LANEFLOW_GRAPH", "1")
+
+
+def _unit(plan: _Plan, stream: Any):
+    """The backend's executor for the whole plan, made at the second call (the first warms kernels,
+    library handles and the arena through ordinary commands)."""
+    unit = plan.unit
+    if unit is None and plan.calls > 1:
+        make = getattr(stream.backend, "graph_plan", None)
+        if make is None or _GRAPH_MODE == "0" or not plan.steps:
+            unit = False
+            plan.unit_note = "no whole-plan executor on this backend" if make is None else "off or empty"
+        else:
+            try:
+                unit = make(plan, stream)
+            except Exception as e:  # noqa: BLE001 - any reason: replay the commands instead
+                if _GRAPH_MODE == "strict":
+                    raise
+                unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
+        plan.unit = unit
+    return unit
+
+
+def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
     from ..array import Array
 
     with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
         datas = [a._data for a in leaves]
         _sched.schedule([d for d in datas if d.buffer is None])
         slots: list = [None] * plan.n_slots
-        if plan.memory is not None:
+        plan.calls += 1
+        unit = plan.unit if plan.unit is not None or plan.calls < 2 else _unit(plan, stream)
+        if unit:
+            try:
+                got = unit.run(datas, stream)
+                if got is None:
+                    unit = None  # this call runs as commands (the unit said why)
+                else:
+                    for slot, buf in got.items():
+                        slots[slot] = buf
+            except Exception as e:  # noqa: BLE001 - capture failed: replay the commands from now on
+                if _GRAPH_MODE == "strict":
+                    raise
+                plan.unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
+                unit = False
+        if unit:
+            pass
+        elif plan.memory is not None:
             _replay_in_arena(plan, datas, slots)
         else:
             submit = _sched.submit
-            for prim, stream, srcs, specs, first in plan.steps:
+            for prim, st, srcs, specs, first in plan.steps:
                 ins = []
                 for kind, v in srcs:
                     ins.append(slots[v] if kind == "slot" else datas[v].buffer if kind == "arg" else v.buffer)
-                bufs = submit(prim, stream, ins, specs)
+                bufs = submit(prim, st, ins, specs)
                 if len(bufs) == 1:
                     slots[first] = bufs[0]
                 else:

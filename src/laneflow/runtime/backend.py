@@ -38,6 +38,9 @@ class Backend:
     # allocates every intermediate afresh:
     #   allocate_region(device, nbytes, op) -> Buffer        raw memory of one region
     #   view(region, shape, dtype) -> data handle             a typed view of a region's start
+    # Optional, to run a compiled plan as one unit (the CUDA backend: a multi-lane CUDA graph):
+    #   graph_plan(plan, stream) -> object with run(datas, stream) -> {slot: Buffer} and stats();
+    #   it raises when the plan cannot become one, and the plan then replays its commands.
 
     def to_host(self, buffer: Buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """Host view or copy of a buffer whose writer has finished."""

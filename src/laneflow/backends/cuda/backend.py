@@ -67,6 +67,25 @@ class CUDABackend(Backend):
         h = DeviceArray(ctx, shape, dtype)
         return Buffer(device, h.nbytes, h, ctx.memory.release)
 
+    def allocate_region(self, device: Any, nbytes: int, op: str) -> Buffer:
+        """Raw memory for a compiled plan's region, usable on every lane at once."""
+        from .graph import allocate_region
+
+        return allocate_region(self.context(device.index), device, nbytes, op)
+
+    def view(self, region: Buffer, shape: tuple, dtype: np.dtype):
+        """A kernel's view of a region as an array of ``shape`` and ``dtype`` (never caches host data)."""
+        from .graph import ViewArray
+
+        return ViewArray(region.data.ctx, shape, np.dtype(dtype), region.data.ptr)
+
+    def graph_plan(self, plan: Any, stream: Any):
+        """The compiled plan as one multi-lane CUDA graph (raises graph.CaptureUnsupported when it
+        cannot be one)."""
+        from .graph import GraphPlan
+
+        return GraphPlan(self, plan, stream)
+
     def upload(self, device: Any, host: np.ndarray) -> tuple[Buffer, Callable | None]:
         ctx = self.context(device.index)
         host = np.ascontiguousarray(host)

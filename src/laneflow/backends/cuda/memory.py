@@ -69,7 +69,8 @@ class Memory:
         self.pool = self._create_pool()
         self.pending: collections.deque = collections.deque()
         self.waiting: list = []  # frees that wait for a CPU lane
-        self.retired: collections.deque = collections.deque()  # closed lanes whose streams to destroy
+        self.retired: collections.deque = collections.deque()  # closed lanes (and graphs) to destroy
+        self.capture = None  # while a CUDA graph is captured: where kernels' scratch comes from (graph.py)
         self.free_stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
                                  "cuStreamCreate (free stream)")
 
@@ -95,6 +96,9 @@ class Memory:
         h.ptr = self.raw_alloc(h.nbytes, lane.stream, op)
 
     def raw_alloc(self, nbytes: int, stream: Any, op: str) -> int:
+        cap = self.capture
+        if cap is not None:  # scratch of a kernel being captured: memory the graph owns
+            return cap.alloc(nbytes)
         err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, self.pool, stream)
         if err:
             if err != OUT_OF_MEMORY:
@@ -110,6 +114,9 @@ class Memory:
         return int(ptr)
 
     def raw_free(self, ptr: int, stream: Any) -> None:
+        cap = self.capture
+        if cap is not None and ptr in cap.ptrs:
+            return  # freed with the graph
         check(cu.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
 
     def free_bytes(self) -> int | None:

@@ -1,0 +1,579 @@
+"""A compiled plan replayed as one multi-lane CUDA graph (``lf.compile`` on the GPU).
+
+The plan's steps are captured once (stream capture over up to :data:`MAX_BRANCHES` private capture
+streams): each step runs the ordinary kernel function on a capture lane, a step that depends on a step
+of another capture lane waits on an event recorded after it, so the graph's edges are exactly the
+plan's data dependencies and independent steps become parallel branches. A call is then one command on
+lane 0 of the caller's stream: the encoder orders it after the writers of the arguments (and after the
+readers of the memory it overwrites), and its work is a few argument copies plus ``cuGraphLaunch``.
+
+Memory is fixed at capture, so no call allocates:
+
+- intermediates live in the plan's regions (the static memory plan, ``graph/memory_plan.py``);
+- returned values live in one *output region*. A call hands them out as new buffers that are views of
+  it. At the next call, a previous output that is still alive is first moved to memory of its own (one
+  device copy; its ``ptr`` changes, its value does not), so outputs stay valid after the next call and
+  a loop that drops them (the usual case) copies nothing. An output exported zero-copy (DLPack) cannot
+  move: the plan then gives that region to the exported arrays and takes a new one (one re-capture).
+- arguments are read where they are (*direct*) while each call passes the same buffer (weights, say);
+  an argument that changes between calls is copied into a static staging buffer (*staged*, one device
+  copy per call, measured cheaper than patching kernel nodes at every call). The plan keeps a direct
+  argument's buffer alive, so its address cannot be reused under the graph. A staged argument larger
+  than :data:`STAGE_LIMIT` is re-bound by a new capture (``cuGraphExecUpdate``) instead of copied.
+
+What cannot be captured (a kernel that reads host memory, a library call that synchronises) makes the
+plan fall back to replaying its commands through the lanes; ``CompiledFunction.stats()`` says which.
+"""
+
+from __future__ import annotations
+
+import collections
+import weakref
+from typing import Any
+
+from cuda.bindings import driver as cu
+
+from ...runtime.buffer import Buffer
+from .driver import check
+from .lanes import CudaLane
+from .memory import DeviceArray
+
+#: Most parallel branches a captured graph gets (capture streams per plan).
+MAX_BRANCHES = 16
+#: Output regions per plan (each with its own executable graph): two let ``y = f(x)`` in a loop keep
+#: the previous result alive while the next is computed without copying it.
+OUTPUT_SETS = 2
+#: Arguments up to this size that change between calls are copied into staging memory; larger ones
+#: trigger a re-capture with their new address.
+STAGE_LIMIT = 64 << 20
+_ALIGN = 256
+_NO_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
+_RELAXED = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+class CaptureUnsupported(Exception):
+    """This plan cannot become a CUDA graph; the caller replays its commands instead."""
+
+
+class ViewArray(DeviceArray):
+    """A kernel's view of memory owned by something else (a region, an argument). Never caches a host
+    copy: the memory behind it changes from call to call."""
+
+    __slots__ = ()
+
+    def __init__(self, ctx, shape: tuple, dtype, ptr: int):
+        super().__init__(ctx, shape, dtype)
+        self.ptr = ptr
+
+    @property  # type: ignore[override]
+    def host(self):
+        return None
+
+    @host.setter
+    def host(self, value) -> None:
+        pass
+
+
+class OutArray(DeviceArray):
+    """A returned value living in a plan's output region; ``owner`` keeps that region alive, ``tag``
+    tells the plan which of its outputs this is."""
+
+    __slots__ = ("owner", "tag")
+
+
+def allocate_region(ctx, device, nbytes: int, op: str) -> Buffer:
+    """Memory for a plan region, usable on every stream at once (allocated on the pool's free stream,
+    which is then synchronised: a one-time cost per plan)."""
+    mem = ctx.memory
+    h = DeviceArray(ctx, (max(nbytes, 1),), _u8())
+    with ctx.lock:
+        ctx.ensure_current()
+        h.ptr = mem.raw_alloc(h.nbytes, mem.free_stream, op)
+        check(cu.cuStreamSynchronize(mem.free_stream), "cuStreamSynchronize (region)")
+    return Buffer(device, h.nbytes, h, mem.release)
+
+
+def _u8():
+    import numpy as np
+
+    return np.dtype(np.uint8)
+
+
+class _Temps:
+    """Scratch a kernel asks for while being captured (reduction partials, materialised operands): real
+    pool memory owned by the graph, freed when the graph is."""
+
+    def __init__(self, mem):
+        self.mem = mem
+        self.ptrs: set[int] = set()
+
+    def alloc(self, nbytes: int) -> int:
+        mem = self.mem
+        err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, mem.pool, mem.free_stream)
+        if err:
+            raise CaptureUnsupported(f"scratch of {nbytes} bytes: {err}")
+        check(cu.cuStreamSynchronize(mem.free_stream), "cuStreamSynchronize (graph scratch)")
+        self.ptrs.add(int(ptr))
+        return int(ptr)
+
+
+class GraphPlan:
+    """The CUDA graph of one compiled signature. Built by :meth:`CUDABackend.graph_plan`."""
+
+    def __init__(self, backend, plan, stream):
+        steps = plan.steps
+        device = stream.device
+        for _, st, _, specs, _ in steps:
+            if st.backend is not backend or st.device != device:
+                raise CaptureUnsupported("steps run on more than one device or backend")
+        # The graph keeps the plan's steps, never the plan (which owns the graph).
+        self.backend, self.steps, self.stream, self.device = backend, steps, stream, device
+        self.ctx = backend.context(device.index)
+        self.name = "compiled graph"
+        # -- dependencies and branches ----------------------------------------------------------
+        producer: dict[int, int] = {}
+        deps: list[list[int]] = []
+        for j, (_, _, srcs, specs, first) in enumerate(steps):
+            deps.append(sorted({producer[v] for kind, v in srcs if kind == "slot"}))
+            for k in range(len(specs)):
+                producer[first + k] = j
+        self.deps = deps
+        # Arguments whose values some kernel validates on the host when it can see them (index bounds,
+        # integer powers): a call passing such a value with a host copy runs as commands, so it raises
+        # exactly as eager does; the graph has no host to check with.
+        self.host_checked = sorted({v for prim, _, srcs, _, _ in steps for kind, v in srcs
+                                    if kind == "arg" and _validates_on_host(prim)})
+        self.consts = []  # captured values the graph reads: ordered after their (one-time) writers
+        for _, _, srcs, _, _ in steps:
+            for kind, v in srcs:
+                if kind == "const" and not any(v.buffer is c for c in self.consts):
+                    self.consts.append(v.buffer)
+        self.branch_of, self.branches = _assign_branches(deps, MAX_BRANCHES)
+        self.signals = set()  # steps another branch waits for
+        for j, ds in enumerate(deps):
+            for d in ds:
+                if self.branch_of[d] != self.branch_of[j]:
+                    self.signals.add(d)
+        # -- memory ------------------------------------------------------------------------------
+        self.spec_of = {first + k: spec for _, _, _, specs, first in steps for k, spec in enumerate(specs)}
+        returned = []
+        for ref, *_ in plan.outputs:
+            if ref[0] == "slot" and ref[1] not in returned:
+                returned.append(ref[1])
+        self.returned = returned
+        self.out_specs = []
+        for slot in returned:
+            spec = self.spec_of[slot]
+            n = _nbytes(spec)
+            self.out_specs.append((slot, spec, n, n // spec.dtype.itemsize if spec.dtype.itemsize else 0))
+        # Intermediates: the plan's arena (made by its first, command-list replay), shared with it.
+        self.regions: list[Buffer] = []
+        self.views: dict[int, ViewArray] = {}
+        for slot, (region, view) in (plan.arena or {}).items():
+            self.views[slot] = view
+            if not any(region is r for r in self.regions):
+                self.regions.append(region)
+        self.out_offsets: dict[int, int] = {}
+        total = 0
+        for slot in returned:
+            self.out_offsets[slot] = total
+            total += -(-max(_nbytes(self.spec_of[slot]), 1) // _ALIGN) * _ALIGN
+        self.out_bytes = total
+        self.sets: list[_OutSet] = []
+        # -- arguments ---------------------------------------------------------------------------
+        self.bound: list[Buffer | None] = []      # direct arguments: the buffer the graph reads
+        self.staged: dict[int, Buffer] = {}       # staged arguments: their staging buffer
+        self.arg_nbytes: list[int] = []
+        self.lanes: list = []
+        self.captures = self.updates = self.evacuated = self.launches = self.host_calls = 0
+        self.nodes = 0
+        self.last_point = None
+
+    # -- public ----------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        return {"mode": "cuda graph", "steps": len(self.steps), "nodes": self.nodes,
+                "branches": self.branches, "captures": self.captures, "updates": self.updates,
+                "launches": self.launches, "staged_args": sorted(self.staged), "evacuated": self.evacuated,
+                "host_checked_calls": self.host_calls, "output_sets": len(self.sets),
+                "arena_bytes": sum(r.nbytes for r in self.regions), "output_bytes": self.out_bytes}
+
+    def run(self, datas: list, stream) -> dict | None:
+        """Launch for one call (under the scheduler lock); returns slot -> new output buffer, or None
+        when this call must run as commands."""
+        bufs = [d.buffer for d in datas]
+        for i in self.host_checked:
+            if bufs[i].data.host is not None:
+                self.host_calls += 1
+                return None
+        if not self.arg_nbytes:
+            for b in bufs:
+                if not isinstance(b.data, DeviceArray) or b.device != self.device:
+                    raise CaptureUnsupported("an argument is not on this GPU")
+            self.arg_nbytes = [b.nbytes for b in bufs]
+            self.arg_specs = [(d.shape, d.dtype) for d in datas]
+            self.bound = list(bufs)
+        bound = self.bound
+        for i, b in enumerate(bufs):
+            old = bound[i]
+            if old is not None and b is not old:
+                if self.arg_nbytes[i] <= STAGE_LIMIT:
+                    self.staged[i] = self.backend.allocate_region(self.device, self.arg_nbytes[i], "compile input")
+                    bound[i] = None
+                else:
+                    bound[i] = b
+                for o in self.sets:
+                    o.stale = True
+        o = self._choose_set(stream)
+        if o.exec is None or o.stale:
+            self._capture(o)
+        return self._launch(o, stream, bufs)
+
+    # -- output sets -----------------------------------------------------------------------------
+    def _choose_set(self, stream) -> _OutSet:
+        """A set whose outputs were all dropped; else a new one (up to OUTPUT_SETS: a loop that keeps
+        the previous result while computing the next alternates between two); else the least recently
+        launched set, after moving its outputs that are still alive."""
+        sets = self.sets
+        for o in sets:
+            if not o.live:
+                return o
+        if len(sets) < OUTPUT_SETS:
+            o = _OutSet(self)
+            sets.append(o)
+            return o
+        o = min(sets, key=lambda o: o.launched)
+        self._evacuate(o, stream)
+        return o
+
+    def _evacuate(self, o: _OutSet, stream) -> None:
+        """Move the outputs of set ``o`` that are still alive into memory of their own."""
+        alive = []
+        for r in o.last:
+            b = r()
+            if b is not None and b.data.owner is o.region:
+                alive.append(b)
+        o.last = []
+        if o.live - {b.data.tag for b in alive}:
+            # An output died but its release has not run yet (a finaliser of the cyclic GC on another
+            # thread): its readers are unknown, so wait for the device to be idle (rare).
+            self.ctx.synchronize()
+        o.live.clear()
+        if not alive:
+            return
+        if any(b.exported for b in alive):
+            o.new_region()  # exported memory cannot move: leave the region to it
+            return
+        mem = self.ctx.memory
+        region = o.region
+        cpu_readers = [p for b in alive for p in b.readers.values() if not isinstance(p.lane, CudaLane)]
+
+        def move(lane, alive=alive, cpu_readers=cpu_readers, mem=mem):
+            for p in cpu_readers:  # a CPU worker reads h.ptr when it runs: let it finish first
+                p.lane.host_wait(p.seq)
+            for b in alive:
+                h = b.data
+                if h.nbytes:
+                    new = mem.raw_alloc(h.nbytes, lane.stream, "compiled output")
+                    check(cu.cuMemcpyDtoDAsync(new, h.ptr, h.nbytes, lane.stream), "cuMemcpyDtoDAsync (output)")
+                    h.ptr = new
+                h.owner = None
+                b.release = mem.release
+
+        self.evacuated += len(alive)
+        stream.encoder.encode("compiled output move", move, [region, *alive], alive, lane=stream.lanes[0])
+
+    def _launch(self, o: _OutSet, stream, bufs: list) -> dict:
+        region = o.region
+        dead = o.dead
+        while dead:  # readers of dropped outputs: the next write of the region waits for them
+            readers = region.readers
+            for p in dead.popleft():
+                cur = readers.get(p.lane)
+                if cur is None or cur.seq < p.seq:
+                    readers[p.lane] = p
+        ctx = self.ctx
+        base = region.data.ptr
+        release = o.released
+        outs: dict = {}
+        new_bufs = []
+        live = o.live
+        device = self.device
+        offsets = self.out_offsets
+        for slot, spec, n, size in self.out_specs:
+            h = OutArray.__new__(OutArray)
+            h.ctx, h.shape, h.dtype, h.host, h.owner = ctx, spec.shape, spec.dtype, None, region
+            h.size, h.nbytes, h.ptr = size, n, base + offsets[slot]
+            o.tags += 1
+            h.tag = o.tags
+            live.add(o.tags)
+            b = Buffer(device, n, h, release)
+            outs[slot] = b
+            new_bufs.append(b)
+        o.last = [weakref.ref(b) for b in new_bufs]
+        copies = [(self.staged[i].data.ptr, i, self.arg_nbytes[i]) for i in self.staged if self.arg_nbytes[i]]
+        exec_ = o.exec
+        reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
+        writes = [*self.regions, *self.staged.values(), region, *new_bufs]
+        for b in writes:
+            b.error = None
+
+        def launch(lane, copies=copies, bufs=bufs, exec_=exec_):
+            s = lane.stream
+            for dst, i, n in copies:
+                err, = cu.cuMemcpyDtoDAsync(dst, bufs[i].data.ptr, n, s)
+                if err:
+                    check((err,), "cuMemcpyDtoDAsync (compiled input)")
+            err, = cu.cuGraphLaunch(exec_, s)
+            if err:
+                check((err,), "cuGraphLaunch")
+
+        o.launched = self.launches = self.launches + 1
+        self.last_point = stream.encoder.encode(self.name, launch, reads, writes, lane=stream.lanes[0])
+        return outs
+
+    # -- capture ---------------------------------------------------------------------------------
+    def _capture_lanes(self) -> list:
+        while len(self.lanes) < self.branches:
+            self.lanes.append(CudaLane(self.ctx, self.device, -1, len(self.lanes)))
+        return self.lanes
+
+    def _data(self, kind: str, v: Any, o: _OutSet):
+        if kind == "slot":
+            return self._slot_view(v, o)
+        if kind == "const":
+            return v.buffer.data
+        st = self.staged.get(v)
+        b = st if st is not None else self.bound[v]
+        shape, dtype = self.arg_specs[v]
+        return ViewArray(self.ctx, shape, dtype, b.data.ptr)
+
+    def _slot_view(self, slot: int, o: _OutSet) -> ViewArray:
+        v = self.views.get(slot)
+        if v is None:
+            spec = self.spec_of[slot]
+            v = ViewArray(self.ctx, spec.shape, spec.dtype, o.region.data.ptr + self.out_offsets[slot])
+        return v
+
+    def _capture(self, o: _OutSet) -> None:
+        """Capture the steps into a graph and instantiate it (or update the executable in place)."""
+        ctx, mem = self.ctx, self.ctx.memory
+        steps = self.steps
+        lanes = self._capture_lanes()
+        ctx.ensure_current()
+        _prewarm_libraries(ctx, lanes)
+        temps = _Temps(mem)
+        events = []
+
+        def event():
+            ev = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate (capture)")
+            events.append(ev)
+            return ev
+
+        s0 = lanes[0].stream
+        check(cu.cuStreamBeginCapture(s0, _RELAXED), "cuStreamBeginCapture")
+        graph = None
+        failure: BaseException | None = None
+        mem.capture = temps
+        try:
+            fork = event()
+            check(cu.cuEventRecord(fork, s0), "cuEventRecord (fork)")
+            for lane in lanes[1:]:
+                check(cu.cuStreamWaitEvent(lane.stream, fork, 0), "cuStreamWaitEvent (fork)")
+            done: dict[int, Any] = {}
+            waited = [dict() for _ in lanes]  # branch -> other branch -> latest step waited for
+            for j, (prim, _, srcs, specs, first) in enumerate(steps):
+                b = self.branch_of[j]
+                lane = lanes[b]
+                for d in self.deps[j]:
+                    bd = self.branch_of[d]
+                    if bd != b and waited[b].get(bd, -1) < d:
+                        check(cu.cuStreamWaitEvent(lane.stream, done[d], 0), "cuStreamWaitEvent (capture)")
+                        waited[b][bd] = d
+                ins = [self._data(kind, v, o) for kind, v in srcs]
+                outs = [self._slot_view(first + k, o) for k in range(len(specs))]
+                self.backend.kernel(prim.kind)(lane, prim, ins, outs)
+                if j in self.signals:
+                    ev = done[j] = event()
+                    check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord (capture)")
+            for lane in lanes[1:]:
+                ev = event()
+                check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord (join)")
+                check(cu.cuStreamWaitEvent(s0, ev, 0), "cuStreamWaitEvent (join)")
+        except BaseException as e:  # noqa: BLE001 - end the capture whatever happened, then report
+            failure = e
+        finally:
+            mem.capture = None
+            err, graph = cu.cuStreamEndCapture(s0)
+            for ev in events:
+                cu.cuEventDestroy(ev)
+        if failure is not None or err:
+            if graph is not None and not err:
+                cu.cuGraphDestroy(graph)
+            self._drop_lanes()
+            self._free_temps(temps)
+            raise CaptureUnsupported(f"stream capture failed: {failure or err!r}") from failure
+        try:
+            self.nodes = int(cu.cuGraphGetNodes(graph)[-1])
+        except Exception:  # noqa: BLE001 - a count for stats only
+            pass
+        try:
+            if o.exec is not None:
+                err, _info = cu.cuGraphExecUpdate(o.exec, graph)
+                if err:
+                    cu.cuGraphExecDestroy(o.exec)
+                    o.exec = None
+                else:
+                    self.updates += 1
+            if o.exec is None:
+                o.exec = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+                check(cu.cuGraphUpload(o.exec, s0), "cuGraphUpload")
+        finally:
+            cu.cuGraphDestroy(graph)
+        self.captures += 1
+        o.stale = False
+        old, o.temps = o.temps, temps
+        if old is not None:  # the previous graph's scratch, once its last launch is done
+            self._free_temps(old)
+
+    # -- teardown --------------------------------------------------------------------------------
+    def _free_temps(self, temps: _Temps) -> None:
+        after = (self.last_point,) if self.last_point is not None else ()
+        for p in temps.ptrs:
+            self.ctx.memory.pending.append((p, None, after))
+        temps.ptrs = set()
+
+    def _drop_lanes(self) -> None:
+        last = self.last_point
+        for lane in self.lanes:
+            if last is not None:  # workspaces are freed on the lane: after the graph's last launch
+                lane._enqueue_wait(last)
+            lane.close()
+        self.lanes = []
+
+    def __del__(self) -> None:
+        # Any thread, maybe inside GC: hand the driver objects to the next safe point (Memory.collect).
+        try:
+            self.ctx.memory.retired.append(_Closer(self))
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class _Closer:
+    """Destroys a dropped graph's executable, scratch and capture lanes at the next safe point; memory
+    frees and lane teardown are ordered after the graph's last launch."""
+
+    def __init__(self, g: GraphPlan):
+        self.ctx, self.lanes, self.last = g.ctx, g.lanes, g.last_point
+        self.execs = [o.exec for o in g.sets if o.exec is not None]
+        self.temps = [o.temps for o in g.sets if o.temps is not None]
+
+    def destroy(self) -> None:
+        self.ctx.ensure_current()
+        for ex in self.execs:
+            cu.cuGraphExecDestroy(ex)  # an in-flight launch completes first
+        after = (self.last,) if self.last is not None else ()
+        for t in self.temps:
+            for p in t.ptrs:
+                self.ctx.memory.pending.append((p, None, after))
+        for lane in self.lanes:
+            if self.last is not None:
+                lane._enqueue_wait(self.last)
+            lane.destroy()
+
+
+class _OutSet:
+    """One output region and the executable graph that writes it. ``live`` holds the tags of outputs
+    handed out and not yet released or moved; ``dead`` the reader points of released ones, which the
+    region's next writer waits for."""
+
+    def __init__(self, g: GraphPlan):
+        self.g = weakref.ref(g)
+        self.backend, self.device, self.nbytes = g.backend, g.device, g.out_bytes
+        self.exec = None
+        self.temps: _Temps | None = None
+        self.stale = False
+        self.launched = 0
+        self.tags = 0
+        self.live: set[int] = set()
+        self.dead: collections.deque = collections.deque()
+        self.last: list = []
+        self.region: Buffer = None  # type: ignore[assignment]
+        self.new_region()
+        ref = weakref.ref(self)
+
+        def released(buf: Buffer, ref=ref) -> None:
+            # Any thread, maybe inside GC: only queue the points the region's next writer must wait for.
+            pts = [p for p in (buf.writer, *buf.readers.values()) if p is not None]
+            h = buf.data
+            owner = h.owner
+            o = ref()
+            if o is not None and owner is o.region:
+                o.dead.append(pts)
+                o.live.discard(h.tag)
+            elif owner is not None:  # a region given away (exported outputs) or a dropped plan's
+                readers = owner.readers
+                for p in pts:
+                    cur = readers.get(p.lane)
+                    if cur is None or cur.seq < p.seq:
+                        readers[p.lane] = p
+
+        self.released = released
+
+    def new_region(self) -> None:
+        """Fresh memory for this set's outputs (the old region stays with the outputs that hold it)."""
+        self.region = self.backend.allocate_region(self.device, self.nbytes, "compiled outputs")
+        self.live = set()
+        self.dead = collections.deque()
+        self.stale = True
+
+
+def _prewarm_libraries(ctx, lanes) -> None:
+    """Library workspaces of the capture lanes exist before capture (allocating inside it would put
+    allocation nodes into the graph), and are valid on every stream."""
+    for name in ("matmul", "solver", "blas"):
+        pool = getattr(getattr(ctx, name, None), "pool", None)
+        if pool is None:
+            continue
+        for lane in lanes:
+            with pool.use(lane):
+                pass
+    for lane in lanes:
+        check(cu.cuStreamSynchronize(lane.stream), "cuStreamSynchronize (capture lanes)")
+
+
+def _assign_branches(deps: list[list[int]], limit: int) -> tuple[list[int], int]:
+    """Give each step a branch: continue the branch of a dependency that ends there, else the branch
+    that has been idle the longest (by dependency level). Returns (branch per step, branch count)."""
+    level: list[int] = []
+    branch_of: list[int] = []
+    tails: list[int] = []        # last step of each branch
+    for j, ds in enumerate(deps):
+        lvl = 1 + max((level[d] for d in ds), default=-1)
+        level.append(lvl)
+        chosen = None
+        for d in ds:
+            b = branch_of[d]
+            if tails[b] == d:
+                chosen = b
+                break
+        if chosen is None:
+            free = [b for b, t in enumerate(tails) if level[t] < lvl]
+            if len(tails) < limit and not free:
+                tails.append(-1)
+                chosen = len(tails) - 1
+            else:  # the branch idle longest; ties go to the oldest tail, so independent steps rotate
+                chosen = min(free or range(len(tails)), key=lambda b: (level[tails[b]], tails[b]))
+        tails[chosen] = j
+        branch_of.append(chosen)
+    return branch_of, max(1, len(tails))
+
+
+def _validates_on_host(prim) -> bool:
+    return prim.kind in ("getitem", "setitem", "take") or getattr(prim, "fn", None) == "power"
+
+
+def _nbytes(spec) -> int:
+    n = spec.dtype.itemsize
+    for s in spec.shape:
+        n *= s
+    return n

@@ -1,0 +1,170 @@
+"""lf.compile after the first call: on the GPU one multi-lane CUDA graph per signature (on the CPU the
+command list). Arguments that stay the same, arguments that change, outputs kept across calls, outputs
+fed back as inputs, lanes with random delays: all must equal numpy, and on the GPU the graph must
+really be used (LANEFLOW_GRAPH strict: a plan that cannot be captured fails the test)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+import laneflow.graph.compile as compile_mod
+
+
+@pytest.fixture
+def strict(monkeypatch):
+    monkeypatch.setattr(compile_mod, "_GRAPH_MODE", "strict")
+
+
+def _mode(f) -> str:
+    (s,) = f.stats()
+    return s["mode"]
+
+
+def _expect_graph(device, f) -> dict:
+    (s,) = f.stats()
+    assert s["mode"] == ("cuda graph" if device.type == "gpu" else "commands"), s
+    return s
+
+
+def mlp(x, w1, w2):
+    h = lf.tanh(x @ w1)
+    return lf.softmax(h @ w2, axis=-1), h.sum(axis=0)
+
+
+def mlp_np(x, w1, w2):
+    h = np.tanh(x @ w1)
+    z = h @ w2
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True), h.sum(axis=0)
+
+
+def test_same_new_and_kept_arguments_and_kept_outputs_equal_numpy(device, rng, strict):
+    s = lf.new_stream(device, lanes=4)
+    with lf.stream(s):
+        f = lf.compile(mlp)
+        w1n, w2n = rng.standard_normal((32, 64)), rng.standard_normal((64, 16))
+        w1, w2 = lf.array(w1n), lf.array(w2n)
+        xs = [rng.standard_normal((8, 32)) for _ in range(6)]
+        kept = []
+        x0 = lf.array(xs[0])
+        for k in range(3):                      # the same arguments: read where they are
+            kept.append((xs[0], f(x0, w1, w2)))
+        for xn in xs[1:]:                       # a new x each call: staged; outputs of earlier calls kept
+            kept.append((xn, f(lf.array(xn), w1, w2)))
+        st = _expect_graph(device, f)
+        for xn, (p, hs) in kept:
+            rp, rh = mlp_np(xn, w1n, w2n)
+            np.testing.assert_allclose(np.asarray(p), rp, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(np.asarray(hs), rh, rtol=1e-12, atol=1e-12)
+        if device.type == "gpu":
+            # call 1 runs commands; calls 2 and 3 capture the two output sets (call 2's outputs are
+            # kept); the new x at call 4 stages it and both sets are captured again; from call 4 on
+            # each call moves the two kept outputs of the set it reuses
+            assert st["captures"] == 4 and st["staged_args"] == [0] and st["output_sets"] == 2, st
+            assert st["evacuated"] == 2 * (len(kept) - 3), st
+    s.close()
+
+
+def test_output_fed_back_as_the_next_input(device, rng, strict):
+    with lf.stream(lf.new_stream(device, lanes=2)):
+        wn = rng.standard_normal((16, 16)) * 0.3
+        w = lf.array(wn)
+        f = lf.compile(lambda x, w: lf.tanh(x @ w) + x * 0.5)
+        xn = rng.standard_normal((4, 16))
+        x, ref = lf.array(xn), xn
+        for _ in range(12):
+            x = f(x, w)
+            ref = np.tanh(ref @ wn) + ref * 0.5
+        np.testing.assert_allclose(np.asarray(x), ref, rtol=1e-10, atol=1e-12)
+        _expect_graph(device, f)
+
+
+def test_dropped_outputs_are_not_moved_and_lanes_with_delays_keep_order(device, rng, strict):
+    s = lf.new_stream(device, lanes=4)
+    with lf.stream(s), lf.testing.inject_delays(0.0005, seed=5):
+        f = lf.compile(lambda a, b: [lf.sin(a * k) + lf.cos(b) for k in range(1, 6)])
+        an, bn = rng.standard_normal(300), rng.standard_normal(300)
+        a, b = lf.array(an), lf.array(bn)
+        for _ in range(5):
+            outs = f(a, b)
+            got = [np.asarray(o) for o in outs]
+            del outs
+            gc.collect()
+        for k, g in enumerate(got, start=1):  # GPU sin/cos may differ from numpy's in the last bit
+            np.testing.assert_allclose(g, np.sin(an * k) + np.cos(bn), rtol=1e-14, atol=1e-15)
+        st = _expect_graph(device, f)
+        if device.type == "gpu":
+            assert st["evacuated"] == 0 and st["captures"] == 1, st
+    s.close()
+
+
+def test_readers_on_other_streams_finish_before_the_region_is_rewritten(device, rng, strict):
+    """Outputs read by lazily queued work on another stream, then dropped: the next calls overwrite the
+    output memory only after those readers ran (delays make a missing wait visible)."""
+    s, other = lf.new_stream(device, lanes=2), lf.new_stream(device, lanes=2)
+    f = lf.compile(lambda x: x * 3.0 + 1.0)
+    results, refs = [], []
+    with lf.testing.inject_delays(0.002, seed=9):
+        for k in range(6):
+            xn = rng.standard_normal(1000)
+            with lf.stream(s):
+                y = f(lf.array(xn))
+            with lf.stream(other):
+                results.append(lf.exp(y * 0.1) + 0.0)
+            lf.async_eval(results[-1])
+            refs.append(np.exp((xn * 3.0 + 1.0) * 0.1) + 0.0)
+            del y
+    for r, ref in zip(results, refs):
+        np.testing.assert_allclose(np.asarray(r), ref, rtol=1e-14)
+    _expect_graph(device, f)
+    s.close()
+    other.close()
+
+
+def test_independent_branches_become_parallel_graph_branches(rng, strict):
+    if not lf.gpu_available():
+        pytest.skip("no usable GPU: laneflow's CUDA backend or an NVIDIA driver is missing")
+    with lf.stream(lf.new_stream(lf.gpu, lanes=4)):
+        ws = [lf.array(rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(8)]
+        x = lf.array(rng.standard_normal((16, 64)).astype(np.float32))
+        f = lf.compile(lambda x, *ws: [lf.tanh(x @ w) for w in ws])
+        for _ in range(3):
+            outs = f(x, *ws)
+        st = f.stats()[0]
+        assert st["mode"] == "cuda graph" and st["branches"] >= 8 and st["nodes"] >= 16, st
+        for o, w in zip(outs, ws):
+            np.testing.assert_allclose(np.asarray(o), np.tanh(np.asarray(x) @ np.asarray(w)), rtol=2e-5, atol=2e-6)
+
+
+def test_repeated_calls_allocate_nothing(rng, strict):
+    if not lf.gpu_available():
+        pytest.skip("no usable GPU: laneflow's CUDA backend or an NVIDIA driver is missing")
+    from laneflow.streams import backend_for
+
+    be = backend_for(lf.gpu)
+    with lf.stream(lf.new_stream(lf.gpu, lanes=2)):
+        w = lf.array(rng.standard_normal((32, 32)).astype(np.float32))
+        x = lf.array(rng.standard_normal((8, 32)).astype(np.float32))
+        f = lf.compile(lambda x, w: lf.tanh(x @ w).sum(axis=1) + x.mean())
+        for _ in range(3):
+            y = f(x, w)
+        lf.eval(y)
+        del y
+        gc.collect()
+        base = be.memory_stats()["used"]
+        for _ in range(10_000):
+            y = f(x, w)
+        ref = np.tanh(np.asarray(x) @ np.asarray(w)).sum(axis=1) + np.asarray(x).mean()
+        np.testing.assert_allclose(np.asarray(y), ref, rtol=2e-5, atol=2e-5)
+        del y
+        gc.collect()
+        used = be.memory_stats()["used"]
+        assert used <= base, (base, used)
+        st = f.stats()[0]
+        # y = f(x, w) keeps the previous y alive during the call: two output sets, nothing moved
+        assert st["mode"] == "cuda graph" and st["captures"] == 2 and st["evacuated"] == 0, st
+        assert st["launches"] >= 10_000, st

@@ -1,0 +1,70 @@
+"""Where a compiled call's time goes on the GPU: host time per call (no sync), device time per call,
+and a cProfile of the host part. Usage: python tools/graph_probe.py [experts|tiny] [calls]"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import time
+
+import numpy as np
+
+import laneflow as lf
+
+which = sys.argv[1] if len(sys.argv) > 1 else "experts"
+calls = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+rng = np.random.default_rng(0)
+s = lf.new_stream(lf.gpu, lanes=4)
+with lf.stream(s):
+    if which == "experts":
+        E, M, K, N = 32, 16, 4096, 1024
+        xs = [lf.array(rng.standard_normal((M, K)).astype(np.float32)).astype(lf.bfloat16) for _ in range(E)]
+        ws = [lf.array((rng.standard_normal((K, N)) / 64).astype(np.float32)).astype(lf.bfloat16) for _ in range(E)]
+        args = xs + ws
+        f = lf.compile(lambda *a: [a[i] @ a[E + i] for i in range(E)])
+    else:
+        args = [lf.array(rng.standard_normal(16).astype(np.float32))]
+        f = lf.compile(lambda x: x + 1.0)
+    lf.eval(*args)
+    for _ in range(5):
+        out = f(*args)
+    lf.eval(out)
+    print("stats", f.stats())
+    s.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        out = f(*args)
+    host = (time.perf_counter() - t) / calls
+    s.synchronize()
+    wall = (time.perf_counter() - t) / calls
+    # device time of one call, alone
+    best = 1e9
+    for _ in range(20):
+        s.synchronize()
+        t = time.perf_counter()
+        out = f(*args)
+        s.synchronize()
+        best = min(best, time.perf_counter() - t)
+    print(f"{which}: host {host * 1e6:.1f} us/call, wall {wall * 1e6:.1f} us/call (pipelined), one call synced {best * 1e6:.1f} us")
+    # device time of the graph alone: its launches back to back between two events
+    from cuda.bindings import driver as cu
+
+    (plan,) = f._plans.values()
+    o = plan.unit.sets[0]
+    st = s.lanes[0].stream
+    e0, e1 = cu.cuEventCreate(0)[1], cu.cuEventCreate(0)[1]
+    s.synchronize()
+    cu.cuEventRecord(e0, st)
+    for _ in range(50):
+        cu.cuGraphLaunch(o.exec, st)
+    cu.cuEventRecord(e1, st)
+    cu.cuEventSynchronize(e1)
+    print(f"{which}: graph alone {cu.cuEventElapsedTime(e0, e1)[1] * 1e3 / 50:.1f} us/launch on the device")
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        out = f(*args)
+    pr.disable()
+    s.synchronize()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(18)
