@@ -185,7 +185,7 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)  # nested compile: inline into the outer trace
         leaves, treedef = _flatten((args, kwargs), lambda x: isinstance(x, Array))
         stream = current_stream()
-        key = (treedef, stream.id, tuple((a.shape, a.dtype, a.device) for a in leaves))
+        key = (treedef, stream.id, tuple([(d.shape, d.dtype, d.device) for d in [a._data for a in leaves]]))
         try:
             plan = self._plans.get(key)
         except TypeError:

@@ -92,7 +92,9 @@ class CommandEncoder:
                     if wl.stream_id == sid:
                         producers.append(wl)
                 else:  # keep only the latest point per lane: the earlier one is implied
-                    dups = _dup(dups, wl)
+                    if dups is None:
+                        dups = {}
+                    dups[wl] = dups.get(wl, 0) + 1
                     if w.seq > old.seq:
                         deps[wl] = w
         for b in writes:

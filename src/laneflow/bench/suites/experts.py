@@ -11,11 +11,24 @@ from ..harness import Case, suite
 from .common import SEED, dtype, f32, normal
 
 
+#: Extra GPU cases (issue 5's compile targets): many small GEMMs where host cost and concurrency decide.
+GPU_EXTRA = (dict(E=16, M=64, K=1024, N=1024, dtype="bfloat16"),
+             dict(E=64, M=256, K=256, N=256, dtype="float32"))
+
+
 @suite("experts", "E independent GEMMs x_e @ w_e (MoE step)")
 def run(ctx):
     p = ctx.size(quick=dict(E=8, M=16, K=256, N=256, dtype="float32"),
                  cpu=dict(E=16, M=16, K=1024, N=1024, dtype="float32"),
                  gpu=dict(E=32, M=16, K=4096, N=1024, dtype="bfloat16"))
+    sizes = [p] + (list(GPU_EXTRA) if ctx.gpu and not ctx.quick else [])
+    results = []
+    for p in sizes:
+        results.extend(_case(ctx, p))
+    return results
+
+
+def _case(ctx, p):
     E, M, K, N, dt = p["E"], p["M"], p["K"], p["N"], dtype(p["dtype"])
     rng = np.random.default_rng(SEED)
     x = normal(rng, (E, M, K), dt)
