@@ -13,12 +13,16 @@ import numpy as np
 import laneflow as lf
 
 which = sys.argv[1] if len(sys.argv) > 1 else "experts"
+if len(sys.argv) > 3:  # most parallel branches per graph (default laneflow.backends.cuda.graph.MAX_BRANCHES)
+    import laneflow.backends.cuda.graph as _g
+
+    _g.MAX_BRANCHES = int(sys.argv[3])
 calls = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 rng = np.random.default_rng(0)
 s = lf.new_stream(lf.gpu, lanes=4)
 with lf.stream(s):
-    if which == "experts":
-        E, M, K, N = 32, 16, 4096, 1024
+    if which.startswith("experts"):
+        E, M, K, N = {"experts": (32, 16, 4096, 1024), "experts16": (16, 64, 1024, 1024)}[which]
         xs = [lf.array(rng.standard_normal((M, K)).astype(np.float32)).astype(lf.bfloat16) for _ in range(E)]
         ws = [lf.array((rng.standard_normal((K, N)) / 64).astype(np.float32)).astype(lf.bfloat16) for _ in range(E)]
         args = xs + ws
@@ -67,4 +71,5 @@ with lf.stream(s):
         out = f(*args)
     pr.disable()
     s.synchronize()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+    if "--profile" in sys.argv:
+        pstats.Stats(pr).sort_stats("tottime").print_stats(18)
