@@ -163,6 +163,15 @@ class Array:
 
         return device_tuple(self.device)
 
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """CUDA array interface v3 (GPU arrays only: elsewhere AttributeError, so ``hasattr`` is False).
+        Zero-copy; consumers must not write it; ``stream`` is the writer's lane for consumers to
+        synchronise on; the memory stays alive as long as this Array object does."""
+        from .interop.gpu import cuda_array_interface
+
+        return cuda_array_interface(self)
+
     # -- conversions and shape ------------------------------------------------------------------
     def astype(self, dtype: Any, *, stream: Any = None) -> "Array":
         return ops.astype(self, dtype, stream=stream)

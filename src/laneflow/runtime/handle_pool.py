@@ -10,7 +10,8 @@ memory by the number of streams. The policies:
 - ``thread``: one handle per device per host thread (PyTorch's design).
 - ``stream``: one handle per lane (JAX's design).
 
-Select with ``lf.set_handle_policy(name)`` or the environment variable ``LANEFLOW_HANDLE_POLICY``.
+Select with ``lf.set_handle_policy(name)`` or the environment variable ``LANEFLOW_HANDLE_POLICY``
+(read at the first use, and again whenever :func:`handle_policy` or :func:`set_handle_policy` is called).
 A backend supplies a :class:`HandleLibrary` adapter per library; this module knows no CUDA.
 """
 
@@ -19,33 +20,54 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
-from contextlib import contextmanager
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 POLICIES = ("device", "thread", "stream")
 _policy: str | None = None
+_env_policy: str | None = None  # LANEFLOW_HANDLE_POLICY as last read (the hot path reads no environment)
+_generation = 0  # bumped whenever the policy in force may have changed (pools re-key their lanes)
 
 
 def handle_policy() -> str:
     """The policy in force: set by :func:`set_handle_policy`, else ``LANEFLOW_HANDLE_POLICY``, else device."""
+    global _env_policy, _generation
     if _policy is not None:
         return _policy
     env = os.environ.get("LANEFLOW_HANDLE_POLICY", "device")
     if env not in POLICIES:
         raise ValueError(f"LANEFLOW_HANDLE_POLICY must be one of {POLICIES}, got {env!r}")
+    if env != _env_policy:
+        _env_policy = env
+        _generation += 1
     return env
 
 
 def set_handle_policy(policy: str | None) -> None:
     """Choose how library handles are shared (``None`` returns to the environment/default)."""
-    global _policy
+    global _policy, _env_policy, _generation
     if policy is not None and policy not in POLICIES:
         raise ValueError(f"set_handle_policy: policy must be one of {POLICIES}, got {policy!r}")
     _policy = policy
+    _env_policy = None
+    _generation += 1
+
+
+def _policy_now() -> str:
+    p = _policy
+    if p is None:
+        p = _env_policy
+        if p is None:
+            p = handle_policy()
+    return p
 
 
 class HandleLibrary(Protocol):
-    """What a backend implements for one library."""
+    """What a backend implements for one library.
+
+    Optional: ``free_workspace(lane, workspace)`` (needed when a caller asks for a larger workspace
+    with ``use(lane, need=...)``, and by :meth:`HandlePool.close`), and ``handle_bytes_how``
+    ("measured" or "estimate", shown by :func:`handle_stats`).
+    """
 
     name: str
     #: True when the library keeps a stream inside the handle (cuBLAS, cuSOLVER); False when the
@@ -68,27 +90,48 @@ class HandleLibrary(Protocol):
 
 
 class HandleStats:
-    __slots__ = ("created", "destroyed", "handle_bytes", "workspace_bytes", "set_stream_issued",
-                 "set_stream_elided", "workspace_binds")
+    __slots__ = (
+        "by_library",
+        "created",
+        "destroyed",
+        "handle_bytes",
+        "handle_bytes_how",
+        "stream_bound",
+        "workspace_bytes",
+        "workspaces",
+    )
 
     def __init__(self) -> None:
         self.created: Counter = Counter()
         self.destroyed: Counter = Counter()
         self.handle_bytes: Counter = Counter()
+        self.handle_bytes_how: dict = {}
         self.workspace_bytes: Counter = Counter()
-        self.set_stream_issued = 0
-        self.set_stream_elided = 0
-        self.workspace_binds = 0
+        self.workspaces: Counter = Counter()
+        self.by_library: dict = {}  # name -> [set-stream issued, elided, workspace binds]
+        self.stream_bound: dict = {}  # name -> whether the library keeps a stream in its handles
+
+    def counters(self, name: str, binds_stream: bool) -> list:
+        c = self.by_library.get(name)
+        if c is None:
+            c = self.by_library[name] = [0, 0, 0]
+            self.stream_bound[name] = binds_stream
+        return c
 
     def snapshot(self) -> dict[str, Any]:
+        libs = {k: {"set_stream_issued": v[0], "set_stream_elided": v[1] if self.stream_bound[k] else 0,
+                    "workspace_binds": v[2]} for k, v in self.by_library.items()}
         return {
             "handles_created": dict(self.created),
             "handles_live": {k: v - self.destroyed[k] for k, v in self.created.items()},
             "handle_bytes": dict(self.handle_bytes),
+            "handle_bytes_how": dict(self.handle_bytes_how),
             "workspace_bytes": dict(self.workspace_bytes),
-            "set_stream_issued": self.set_stream_issued,
-            "set_stream_elided": self.set_stream_elided,
-            "workspace_binds": self.workspace_binds,
+            "workspaces": dict(self.workspaces),
+            "set_stream_issued": sum(v["set_stream_issued"] for v in libs.values()),
+            "set_stream_elided": sum(v["set_stream_elided"] for v in libs.values()),
+            "workspace_binds": sum(v["workspace_binds"] for v in libs.values()),
+            "by_library": libs,
         }
 
 
@@ -96,14 +139,30 @@ STATS = HandleStats()
 
 
 class _Entry:
-    __slots__ = ("handle", "lock", "lane", "workspace", "workspaces")
+    """One handle. Also the context manager :meth:`HandlePool.use` returns (a class, not a generator:
+    it keeps the pool's host cost per call to a lock and a few attribute reads)."""
 
-    def __init__(self, handle: Any):
+    __slots__ = ("counters", "current", "handle", "lane", "lock", "nbytes", "ready", "ready_size", "sizes",
+                 "workspace", "workspaces")
+
+    def __init__(self, handle: Any, nbytes: int, counters: list):
         self.handle = handle
+        self.nbytes = nbytes       # device bytes the handle holds (counted in the stats)
         self.lock = threading.Lock()
         self.lane = None           # the lane the handle's stream is bound to
         self.workspace = None      # the workspace bound to the handle
         self.workspaces: dict = {}  # lane -> its workspace (kept while the pool lives: graphs may use it)
+        self.sizes: dict = {}      # lane -> bytes of its workspace
+        self.current: tuple = (handle, None)
+        self.counters = counters
+        self.ready = None          # the lane the handle is fully bound to (stream and workspace)
+        self.ready_size = 0        # bytes of that lane's workspace
+
+    def __enter__(self) -> tuple[Any, Any]:
+        return self.current
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.lock.release()
 
 
 class HandlePool:
@@ -113,6 +172,8 @@ class HandlePool:
         self.library = library
         self._entries: dict = {}
         self._lock = threading.Lock()
+        self._counters = STATS.counters(library.name, library.binds_stream)
+        self._fast: dict = {}  # lane -> (policy generation, entry), for the device and stream policies
 
     def _key(self, lane: Any, policy: str) -> tuple:
         if policy == "device":
@@ -122,85 +183,149 @@ class HandlePool:
         return ("stream", lane.id)
 
     def _entry(self, lane: Any) -> _Entry:
-        key = self._key(lane, handle_policy())
+        policy = _policy_now()
+        key = self._key(lane, policy)
         e = self._entries.get(key)
         if e is None:
             with self._lock:
                 e = self._entries.get(key)
                 if e is None:
                     lib = self.library
-                    e = _Entry(lib.create(lane.device))
+                    h = lib.create(lane.device)
+                    e = _Entry(h, lib.handle_bytes(lane.device), self._counters)
                     self._entries[key] = e
                     STATS.created[lib.name] += 1
-                    STATS.handle_bytes[lib.name] += lib.handle_bytes(lane.device)
+                    STATS.handle_bytes[lib.name] += e.nbytes
+                    STATS.handle_bytes_how[lib.name] = getattr(lib, "handle_bytes_how", "estimate")
+        if policy != "thread":
+            self._fast[lane] = (_generation, e)
         return e
 
-    @contextmanager
-    def use(self, lane: Any) -> Iterator[tuple[Any, Any]]:
-        """``with pool.use(lane) as (handle, workspace):`` enqueue one library call on ``lane``."""
-        e = self._entry(lane)
+    def use(self, lane: Any, need: int = 0) -> _Entry:
+        """``with pool.use(lane) as (handle, workspace):`` enqueue one library call on ``lane``.
+
+        The handle is bound to the lane's stream and the lane's own workspace (at least ``need``
+        bytes; a smaller one is replaced, in the lane's stream order) and stays locked until the
+        ``with`` block ends, so no other thread rebinds it while the call is enqueued. When the
+        handle is already bound to this lane, a use costs a dict lookup and the lock.
+        """
+        f = self._fast.get(lane)
+        e = f[1] if f is not None and f[0] == _generation else self._entry(lane)
+        e.lock.acquire()
+        if e.ready is lane and need <= e.ready_size:
+            e.counters[1] += 1  # set-stream (and workspace bind) elided
+            return e
+        try:
+            self._bind(e, lane, need)
+        except BaseException:
+            e.lock.release()
+            raise
+        return e
+
+    def _bind(self, e: _Entry, lane: Any, need: int) -> None:
         lib = self.library
-        with e.lock:
-            rebound = False
-            if lib.binds_stream:
-                if e.lane is not lane:
-                    lib.set_stream(e.handle, lane)
-                    STATS.set_stream_issued += 1
-                    e.lane = lane
-                    rebound = True  # cublasSetStream resets the workspace: bind it again
-                else:
-                    STATS.set_stream_elided += 1
-            ws = e.workspaces.get(lane)
-            nbytes = lib.workspace_bytes(lane.device)
-            if ws is None and nbytes:
-                ws = lib.allocate_workspace(lane, nbytes)
-                e.workspaces[lane] = ws
-                STATS.workspace_bytes[lib.name] += nbytes
-            if ws is not None and (rebound or e.workspace is not ws):
-                lib.set_workspace(e.handle, ws, nbytes)
-                STATS.workspace_binds += 1
-                e.workspace = ws
-            yield e.handle, ws
+        e.ready = None
+        ws = e.workspaces.get(lane)
+        if ws is None or (need and e.sizes[lane] < need):
+            ws = self._grow(e, lane, ws, need)
+        if lib.binds_stream:
+            if e.lane is not lane:
+                lib.set_stream(e.handle, lane)
+                e.counters[0] += 1
+                e.lane = lane
+                e.workspace = None  # cublasSetStream resets the workspace: bind it again
+            else:
+                e.counters[1] += 1
+        if ws is not None and e.workspace is not ws:
+            lib.set_workspace(e.handle, ws, e.sizes[lane])
+            e.counters[2] += 1
+            e.workspace = ws
+        e.current = (e.handle, ws)
+        e.ready = lane
+        e.ready_size = e.sizes.get(lane, 0)
+
+    def _grow(self, e: _Entry, lane: Any, old: Any, need: int) -> Any:
+        lib = self.library
+        nbytes = lib.workspace_bytes(lane.device)
+        if need > nbytes:
+            nbytes = max(need, 2 * e.sizes.get(lane, 0))  # grow geometrically: few replacements
+        if not nbytes:
+            return None
+        ws = lib.allocate_workspace(lane, nbytes)
+        if old is not None:
+            lib.free_workspace(lane, old)  # ordered on the lane: its earlier calls finish first
+            STATS.workspace_bytes[lib.name] -= e.sizes[lane]
+            STATS.workspaces[lib.name] -= 1
+            if e.workspace is old:
+                e.workspace = None
+        e.workspaces[lane] = ws
+        e.sizes[lane] = nbytes
+        STATS.workspace_bytes[lib.name] += nbytes
+        STATS.workspaces[lib.name] += 1
+        return ws
 
     def handles(self) -> int:
         return len(self._entries)
+
+    def workspace_bytes(self) -> int:
+        """Device bytes this pool's workspaces hold now."""
+        return sum(sum(e.sizes.values()) for e in list(self._entries.values()))
 
     def forget_lane(self, lane: Any, free_workspace: Any) -> None:
         """A lane is going away: free its workspaces (``free_workspace(ws)``, ordered on that lane by the
         caller) and destroy a handle that belonged to it alone (the ``stream`` policy)."""
         lib = self.library
         with self._lock:
+            self._fast.pop(lane, None)
             for key, e in list(self._entries.items()):
                 with e.lock:
+                    if e.ready is lane:
+                        e.ready = None
                     ws = e.workspaces.pop(lane, None)
                     if ws is not None:
                         free_workspace(ws)
-                        STATS.workspace_bytes[lib.name] -= lib.workspace_bytes(lane.device)
-                    if e.workspace is ws:
-                        e.workspace = None
+                        STATS.workspace_bytes[lib.name] -= e.sizes.pop(lane)
+                        STATS.workspaces[lib.name] -= 1
+                        if e.workspace is ws:
+                            e.workspace = None
                     if e.lane is lane:
                         e.lane = None
                 if key == ("stream", lane.id):
                     del self._entries[key]
                     lib.destroy(e.handle)
                     STATS.destroyed[lib.name] += 1
-                    STATS.handle_bytes[lib.name] -= lib.handle_bytes(lane.device)
+                    STATS.handle_bytes[lib.name] -= e.nbytes
 
-    def close(self) -> None:
-        """Destroy every handle (after the device work using them has finished)."""
+    def close(self, free_workspaces: bool = False) -> None:
+        """Destroy every handle (after the device work using them has finished); with
+        ``free_workspaces`` also free every workspace through ``library.free_workspace``."""
+        lib = self.library
         with self._lock:
+            self._fast.clear()
             for e in self._entries.values():
-                self.library.destroy(e.handle)
-                STATS.destroyed[self.library.name] += 1
+                with e.lock:
+                    e.ready = None
+                    if free_workspaces:
+                        for lane, ws in e.workspaces.items():
+                            lib.free_workspace(lane, ws)
+                            STATS.workspace_bytes[lib.name] -= e.sizes[lane]
+                            STATS.workspaces[lib.name] -= 1
+                        e.workspaces.clear()
+                        e.sizes.clear()
+                    lib.destroy(e.handle)
+                    STATS.destroyed[lib.name] += 1
+                    STATS.handle_bytes[lib.name] -= e.nbytes
             self._entries.clear()
 
 
 def handle_stats() -> dict[str, Any]:
-    """Handles created and live per library, device bytes held by handles and by workspaces, and the
-    set-stream calls issued and elided (``lf.cuda.handle_stats()``)."""
+    """Handles created and live per library, device bytes held by handles (measured or estimated, see
+    ``handle_bytes_how``) and by workspaces, and the set-stream calls issued and elided, in total and
+    per library (``lf.cuda.handle_stats()``)."""
     return STATS.snapshot()
 
 
 def reset_handle_stats() -> None:
     """Zero the set-stream counters (handles and bytes still held keep being counted)."""
-    STATS.set_stream_issued = STATS.set_stream_elided = STATS.workspace_binds = 0
+    for c in STATS.by_library.values():
+        c[0] = c[1] = c[2] = 0

@@ -1,35 +1,105 @@
-"""CUDA library adapters for :class:`laneflow.runtime.handle_pool.HandlePool`.
+"""CUDA library adapters for :class:`laneflow.runtime.handle_pool.HandlePool`: cuBLASLt, cuBLAS, cuSOLVER.
 
-cuBLASLt takes the stream and the workspace with every call, so its handle never needs a set-stream:
-under the default ``device`` policy one handle serves every lane of a device, and each lane gets its
-own workspace from the memory pool (freed when the lane goes away). A cuBLASLt handle holds no device
-memory that we could see (DESIGN.md: 0.3 us to create, no memory), so it counts 0 bytes.
+- cuBLASLt takes the stream and the workspace with every call, so its handle never needs a set-stream.
+  A cuBLASLt handle holds no device memory that we could see (DESIGN.md), so it counts 0 bytes.
+- cuBLAS (legacy API) keeps a stream in the handle: ``cublasSetStream`` before a use on another lane,
+  and ``cublasSetWorkspace`` with that lane's workspace after *every* set-stream, because
+  ``cublasSetStream`` silently resets the handle to its default workspace (which all lanes would share).
+- cuSOLVER dense keeps a stream too (``cusolverDnSetStream``); its workspaces are passed per call,
+  sized by the ``*_bufferSize`` queries, so the pool grows a per-lane scratch on demand
+  (``pool.use(lane, need=bytes)``).
+
+Device bytes per handle are measured with ``cuMemGetInfo`` around the first create of each library in
+the process (what the driver gave the library; other allocations at that moment would blur it) and
+fall back to the H200 anchors (cuBLAS 64 MiB, cuSOLVER 96 MiB) when the driver cannot tell.
+A workspace is ``(pointer, bytes)`` from the stream-ordered pool, allocated and freed on its lane.
+
+All pools of a device hang off one :class:`DeviceHandles` (``device_handles(ctx)``). A lane that goes
+away must free its workspaces in every pool: ``CudaLane.destroy`` calls ``ctx.matmul.pool.forget_lane``,
+and that pool (cuBLASLt's) passes the call on to the others of its device.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, ClassVar
+
+from cuda.bindings import driver as cu
 
 from ...runtime.handle_pool import HandlePool
 
+MiB = 1 << 20
 #: Workspace per (handle, lane) for cuBLASLt matmuls.
-LT_WORKSPACE_BYTES = 32 << 20
+LT_WORKSPACE_BYTES = 32 * MiB
+#: Figures from the H200 anchors, used only when cuMemGetInfo cannot measure a create.
+ESTIMATED_HANDLE_BYTES = {"cublas": 64 * MiB, "cusolverDn": 96 * MiB, "cublasLt": 0}
 
 
-class CublasLtLibrary:
+def _free_bytes(ctx: Any) -> int | None:
+    try:
+        ctx.ensure_current()
+        err, free, _total = cu.cuMemGetInfo()
+        return None if err else int(free)
+    except Exception:  # noqa: BLE001 - only a measurement
+        return None
+
+
+class _Library:
+    """What the CUDA adapters share: the context, workspaces from the pool, measured handle bytes."""
+
+    name = ""
+    binds_stream = True
+    handle_bytes_how = "estimate"
+    _measured: ClassVar[dict] = {}  # library name -> bytes measured at its first create in this process
+    _measure_lock = threading.Lock()
+
+    def __init__(self, ctx: Any, mod: Any):
+        self.ctx, self.mod = ctx, mod
+        if self.name in self._measured:
+            self.handle_bytes_how = "measured"
+
+    def create(self, device: Any) -> Any:
+        self.ctx.ensure_current()
+        if self.name in self._measured:
+            return self.mod.create()
+        with self._measure_lock:
+            before = _free_bytes(self.ctx)
+            h = self.mod.create()
+            after = _free_bytes(self.ctx)
+            if before is not None and after is not None and self.name not in self._measured:
+                self._measured[self.name] = max(0, before - after)
+                type(self).handle_bytes_how = "measured"
+        return h
+
+    def destroy(self, handle: Any) -> None:
+        self.ctx.ensure_current()
+        self.mod.destroy(handle)
+
+    def handle_bytes(self, device: Any) -> int:
+        return self._measured.get(self.name, ESTIMATED_HANDLE_BYTES.get(self.name, 0))
+
+    def allocate_workspace(self, lane: Any, nbytes: int) -> tuple[int, int]:
+        return self.ctx.memory.raw_alloc(nbytes, lane.stream, f"{self.name} workspace"), nbytes
+
+    def free_workspace(self, lane: Any, ws: tuple[int, int]) -> None:
+        mem = self.ctx.memory
+        mem.raw_free(ws[0], mem.free_stream if getattr(lane, "closed", False) else lane.stream)
+
+
+class CublasLtLibrary(_Library):
     name = "cublasLt"
     binds_stream = False
 
     def __init__(self, ctx: Any, lt: Any):
-        self.ctx, self.lt = ctx, lt
+        super().__init__(ctx, lt)
+        self.lt = lt
 
-    def create(self, device: Any) -> Any:
+    def create(self, device: Any) -> Any:  # no device memory to measure (DESIGN.md); keep it cheap
         self.ctx.ensure_current()
         return self.lt.create()
 
-    def destroy(self, handle: Any) -> None:
-        self.ctx.ensure_current()
-        self.lt.destroy(handle)
+    def handle_bytes(self, device: Any) -> int:
+        return 0
 
     def set_stream(self, handle: Any, lane: Any) -> None:  # the stream goes with each call
         pass
@@ -37,15 +107,125 @@ class CublasLtLibrary:
     def workspace_bytes(self, device: Any) -> int:
         return LT_WORKSPACE_BYTES
 
-    def allocate_workspace(self, lane: Any, nbytes: int) -> tuple[int, int]:
-        return self.ctx.memory.raw_alloc(nbytes, lane.stream, "cuBLASLt workspace"), nbytes
-
     def set_workspace(self, handle: Any, workspace: Any, nbytes: int) -> None:  # passed with each call
         pass
 
-    def handle_bytes(self, device: Any) -> int:
-        return 0
+
+class CublasLibrary(_Library):
+    """cuBLAS legacy API (``cublasSgemm`` and friends)."""
+
+    name = "cublas"
+
+    def set_stream(self, handle: Any, lane: Any) -> None:
+        self.mod.set_stream(handle, lane.handle)
+
+    def workspace_bytes(self, device: Any) -> int:
+        # cuBLAS's recommendation: 32 MiB on Hopper and newer, 4 MiB before.
+        return 32 * MiB if self.ctx.cc[0] >= 9 else 4 * MiB
+
+    def set_workspace(self, handle: Any, workspace: Any, nbytes: int) -> None:
+        self.mod.set_workspace(handle, workspace[0], nbytes)
+
+
+class CusolverDnLibrary(_Library):
+    """cuSOLVER dense: the stream lives in the handle, the workspace goes with each call."""
+
+    name = "cusolverDn"
+
+    def set_stream(self, handle: Any, lane: Any) -> None:
+        self.mod.set_stream(handle, lane.handle)
+
+    def workspace_bytes(self, device: Any) -> int:
+        return 0  # sized per call (``use(lane, need=...)``)
+
+    def set_workspace(self, handle: Any, workspace: Any, nbytes: int) -> None:
+        pass
+
+
+class DeviceHandles:
+    """The handle pools of one device, created on first use."""
+
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self._lock = threading.Lock()
+        self.pools: dict[str, HandlePool] = {}
+        self.solver: Any = None  # per-device cuSOLVER state of backends/cuda/solver.py
+
+    def pool(self, name: str) -> HandlePool:
+        p = self.pools.get(name)
+        if p is None:
+            with self._lock:
+                p = self.pools.get(name)
+                if p is None:
+                    p = self.pools[name] = self._make(name)
+            if name != "cublasLt":
+                # CudaLane.destroy reaches the pools through ctx.matmul.pool: make sure it exists.
+                from .matmul import _lib
+
+                _lib(self.ctx)
+        return p
+
+    def _make(self, name: str) -> HandlePool:
+        mod = _bindings(name)
+        if name == "cublas":
+            return HandlePool(CublasLibrary(self.ctx, mod))
+        if name == "cusolverDn":
+            return HandlePool(CusolverDnLibrary(self.ctx, mod))
+        if name == "cublasLt":
+            return _LanePool(CublasLtLibrary(self.ctx, mod), self)
+        raise ValueError(f"no handle pool for library {name!r}")
+
+    def forget_lane(self, lane: Any, free_workspace: Any) -> None:
+        for p in list(self.pools.values()):
+            HandlePool.forget_lane(p, lane, free_workspace)
+
+
+class _LanePool(HandlePool):
+    """cuBLASLt's pool, the one ``CudaLane.destroy`` knows: a lane's end reaches every pool of the device."""
+
+    def __init__(self, library: Any, group: DeviceHandles):
+        super().__init__(library)
+        self.group = group
+
+    def forget_lane(self, lane: Any, free_workspace: Any) -> None:
+        self.group.forget_lane(lane, free_workspace)
+
+
+def _bindings(name: str) -> Any:
+    try:
+        if name == "cublas":
+            from nvmath.bindings import cublas as mod
+        elif name == "cublasLt":
+            from nvmath.bindings import cublasLt as mod
+        else:
+            from nvmath.bindings import cusolverDn as mod
+    except ImportError as e:
+        from ...errors import LaneflowError
+
+        raise LaneflowError(f"{name}: nvmath-python is needed on the GPU ({e}); install laneflow[cuda]") from None
+    return mod
+
+
+_groups_lock = threading.Lock()
+
+
+def device_handles(ctx: Any) -> DeviceHandles:
+    """The device's :class:`DeviceHandles` (kept on the context)."""
+    g = getattr(ctx, "handles", None)
+    if g is None:
+        with _groups_lock:
+            g = getattr(ctx, "handles", None)
+            if g is None:
+                g = DeviceHandles(ctx)
+                ctx.handles = g
+    return g
 
 
 def cublaslt_pool(ctx: Any, lt: Any) -> HandlePool:
-    return HandlePool(CublasLtLibrary(ctx, lt))
+    """cuBLASLt's pool of the device (the matmul's)."""
+    g = device_handles(ctx)
+    with g._lock:
+        p = g.pools.get("cublasLt")
+        if p is None:
+            p = g.pools["cublasLt"] = _LanePool(CublasLtLibrary(ctx, lt), g)
+    return p

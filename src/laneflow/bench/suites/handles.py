@@ -1,40 +1,411 @@
-"""handles: what concurrency costs in library handles and memory. c independent GEMMs on c lanes of
-one laneflow stream (one shared handle per device, a workspace per lane) vs c streams in the peers;
-reports the first run (handle and workspace creation included) and the memory it took."""
+"""handles: should a BLAS/solver handle belong to a device or to a stream? What each policy costs.
+
+Part 1, the pools themselves (GPU only), for each policy (device, thread, stream) and c lanes in
+``counts``: fresh cuBLAS and cuSOLVER pools drive bare library calls (nvmath bindings) on c lanes of one
+stream, and the table gives the handles created, the device memory they and their workspaces hold
+(``cuMemGetInfo`` before and after, with laneflow's memory pool trimmed first), the first call (handle
+creation included), the throughput of many small GEMMs (cuBLAS) and of many small LU solves (cuSOLVER)
+issued round-robin over the lanes, and a heavy case: cuBLAS with a 256 MiB workspace per lane. One host
+thread drives every policy, so ``thread`` behaves as ``device`` here (one handle per host thread).
+
+Part 2, host cost per call: a bare ``cublasSgemm`` / ``cusolverDnDgetrs`` on a bound handle vs the same
+call through ``pool.use(lane)`` (set-stream elided), and alternating between two lanes (set-stream and
+set-workspace every call).
+
+Part 3, through laneflow's ops: c independent GEMMs and c independent solves on c lanes of one stream,
+with PyTorch/CuPy/JAX on c streams side by side when they import.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 
 import laneflow as lf
 
 from .. import laneflow_impls as lfi
-from ..harness import Case, Impl, suite
+from ..harness import Case, Impl, Result, suite
 from ..memory import device_used_bytes
 from .common import SEED, dtype, f32, normal
 
+MiB = 1 << 20
+HEAVY_WORKSPACE = 256 * MiB
 
-@suite("handles", "memory and first-use cost of c concurrent GEMM lanes/streams", needs_gpu=True)
+
+@suite("handles", "library handles per device vs per stream: memory, first call, host cost, throughput",
+       needs_gpu=True)
 def run(ctx):
-    p = ctx.size(quick=dict(counts=(1, 2), M=16, K=256, N=256, dtype="float32"), cpu=None,
-                 gpu=dict(counts=(1, 2, 4, 8), M=64, K=1024, N=1024, dtype="bfloat16"))
+    p = ctx.size(quick={"counts": (1, 2), "M": 16, "K": 256, "N": 256, "dtype": "float32", "solve_n": 16,
+                        "gemms": 64, "solves": 16},
+                 cpu=None,
+                 gpu={"counts": (1, 2, 4, 8, 16, 32), "M": 64, "K": 1024, "N": 1024, "dtype": "bfloat16",
+                      "solve_n": 64, "gemms": 4096, "solves": 1024})
+    results: list[Result] = []
+    if ctx.gpu and lfi.unavailable(ctx.device) is None:
+        try:
+            results += _pool_part(ctx, p)
+        except Exception as e:  # noqa: BLE001 - report, and still run the op-level part
+            results.append(Result("handles", "handle policies (bare library calls)", "pools",
+                                  error=f"{type(e).__name__}: {e}"[:300]))
+    results += _ops_part(ctx, p)
+    return results
+
+
+# -- part 1 and 2: the pools ---------------------------------------------------------------------
+
+class _Dev:
+    """Raw device buffers for the bare library calls (freed at close)."""
+
+    def __init__(self, gctx, lane):
+        from cuda.bindings import driver as cu
+
+        self.cu, self.gctx, self.lane = cu, gctx, lane
+        self.ptrs: list[int] = []
+
+    def put(self, a: np.ndarray) -> int:
+        a = np.ascontiguousarray(a)
+        ptr = self.empty(a.nbytes)
+        self._ok(self.cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes))
+        return ptr
+
+    def empty(self, nbytes: int) -> int:
+        ptr = self.gctx.memory.raw_alloc(max(nbytes, 1), self.lane.stream, "bench handles")
+        self._ok(self.cu.cuStreamSynchronize(self.lane.stream))
+        self.ptrs.append(ptr)
+        return ptr
+
+    def get(self, ptr: int, shape: tuple, dt) -> np.ndarray:
+        out = np.empty(shape, dt)
+        self._ok(self.cu.cuMemcpyDtoH(out.ctypes.data, ptr, out.nbytes))
+        return out
+
+    def close(self) -> None:
+        for p in self.ptrs:
+            self.gctx.memory.raw_free(p, self.lane.stream)
+        self.ptrs.clear()
+
+    @staticmethod
+    def _ok(res) -> None:
+        if res[0]:
+            raise RuntimeError(f"CUDA driver error {res[0]}")
+
+
+def _gpu_context(device):
+    from ...streams import backend_for
+
+    return backend_for(device).context(device.index)
+
+
+def _free_bytes(gctx) -> int:
+    from cuda.bindings import driver as cu
+
+    gctx.synchronize()
+    pool = gctx.memory.pool
+    cu.cuMemPoolTrimTo(pool, 0)  # give unused pool memory back, so a new workspace shows in cuMemGetInfo
+    _err, free, _ = cu.cuMemGetInfo()
+    return int(free)
+
+
+def _libs(gctx, heavy: bool = False):
+    from nvmath.bindings import cublas, cusolverDn
+
+    from ...backends.cuda.handles import CublasLibrary, CusolverDnLibrary
+    from ...runtime.handle_pool import HandlePool
+
+    class Heavy(CublasLibrary):
+        def workspace_bytes(self, device):
+            return HEAVY_WORKSPACE
+
+    blas = HandlePool((Heavy if heavy else CublasLibrary)(gctx, cublas))
+    return blas, HandlePool(CusolverDnLibrary(gctx, cusolverDn)), cublas, cusolverDn
+
+
+def _pool_part(ctx, p) -> list[Result]:
+    from ...runtime import handle_pool as hp
+
+    gctx = _gpu_context(ctx.device)
+    rows, results = [], []
+    saved = hp._policy
+    try:
+        for policy in hp.POLICIES:
+            hp.set_handle_policy(policy)
+            for c in p["counts"]:
+                fig = _probe(ctx.device, gctx, c, p)
+                fig["policy"], fig["lanes"] = policy, c
+                rows.append(fig)
+                r = Result("handles", "handle policies: bare cuBLAS/cuSOLVER calls over c lanes", f"{policy} policy",
+                           lanes=c, times=[fig["gemm_s"]], items=p["gemms"], item_name="GEMM", checked=False,
+                           note="time = the GEMM batch; figures in extra")
+                r.extra.update({k: v for k, v in fig.items() if k not in ("policy", "gemm_s")})
+                results.append(r)
+        hp.set_handle_policy("device")
+        cost = _host_cost(ctx.device, gctx)
+    finally:
+        hp.set_handle_policy(saved)
+    r = Result("handles", "host cost per library call: bare vs through the pool", "pool", lanes=2, checked=False,
+               times=[cost["blas_pool_same_lane_us"] * 1e-6], note="figures in extra (microseconds per call)")
+    r.extra.update(cost)
+    results.append(r)
+    _print_tables(rows, cost, p)
+    return results
+
+
+def _probe(device, gctx, c: int, p) -> dict[str, Any]:
+    """One policy at c lanes: fresh pools, first calls, memory, throughput, heavy case; then released."""
+    s = lf.new_stream(device, lanes=c)
+    lanes = s.lanes
+    dev = _Dev(gctx, lanes[0])
+    rng = np.random.default_rng(SEED + 11)
+    g = 64
+    a = rng.standard_normal((g, g)).astype(np.float32)
+    b = rng.standard_normal((g, g)).astype(np.float32)
+    pa, pb = dev.put(a), dev.put(b)
+    pc = [dev.empty(g * g * 4) for _ in lanes]
+    n = p["solve_n"]
+    m = rng.standard_normal((n, n)) + n * np.eye(n)
+    rhs = rng.standard_normal(n)
+    pm, prhs = dev.put(m), dev.put(rhs)
+    lu = [dev.empty(n * n * 8) for _ in lanes]
+    x = [dev.empty(n * 8) for _ in lanes]
+    info = [dev.empty(4) for _ in lanes]
+    ipiv = [dev.empty(n * 4) for _ in lanes]
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    out: dict[str, Any] = {}
+    free0 = _free_bytes(gctx)
+    blas, solver, cublas, sv = _libs(gctx)
+    from cuda.bindings import driver as cu
+
+    def gemm(k: int, lane) -> None:
+        with blas.use(lane) as (h, _ws):
+            cublas.sgemm(h, 0, 0, g, g, g, one.ctypes.data, pa, g, pb, g, zero.ctypes.data, pc[k], g)
+
+    lwork = None
+
+    def lu_solve(k: int, lane) -> None:
+        nonlocal lwork
+        if lwork is None:
+            with solver.use(lane) as (h, _):
+                lwork = sv.dgetrf_buffer_size(h, n, n, lu[k], n)
+        cu.cuMemcpyDtoDAsync(lu[k], pm, n * n * 8, lane.stream)
+        cu.cuMemcpyDtoDAsync(x[k], prhs, n * 8, lane.stream)
+        with solver.use(lane, lwork * 8) as (h, ws):
+            sv.dgetrf(h, n, n, lu[k], n, ws[0], ipiv[k], info[k])
+            sv.dgetrs(h, 1, n, 1, lu[k], n, ipiv[k], x[k], n, info[k])   # op T: the buffer holds m^T
+
+    try:
+        t0 = time.perf_counter()
+        gemm(0, lanes[0])
+        gctx.synchronize()
+        out["first_call_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+        t0 = time.perf_counter()
+        for k, lane in enumerate(lanes):
+            gemm(k, lane)
+            lu_solve(k, lane)
+        gctx.synchronize()
+        out["first_use_all_lanes_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+        free1 = _free_bytes(gctx)
+        out["handles_cublas"], out["handles_cusolver"] = blas.handles(), solver.handles()
+        out["held_MiB"] = round((free0 - free1) / MiB, 1)
+        out["workspace_MiB"] = round((blas.workspace_bytes() + solver.workspace_bytes()) / MiB, 1)
+        out["gemm_s"] = _timed(gctx, lambda: [gemm(i % c, lanes[i % c]) for i in range(p["gemms"])])
+        out["gemms_per_s"] = round(p["gemms"] / out["gemm_s"])
+        sol = _timed(gctx, lambda: [lu_solve(i % c, lanes[i % c]) for i in range(p["solves"])])
+        out["solves_per_s"] = round(p["solves"] / sol)
+        got = dev.get(pc[c - 1], (g, g), np.float32)
+        # column-major C = A B of the buffers = row-major (b @ a)
+        out["gemm_ok"] = bool(np.allclose(got, b @ a, rtol=1e-4, atol=1e-3))
+        out["solve_ok"] = bool(np.allclose(dev.get(x[c - 1], (n,), np.float64), np.linalg.solve(m, rhs)))
+    finally:
+        gctx.synchronize()
+        blas.close(free_workspaces=True)
+        solver.close(free_workspaces=True)
+    out.update(_heavy(device, gctx, s, dev, rng))
+    dev.close()
+    s.close()
+    return out
+
+
+def _heavy(device, gctx, s, dev, rng) -> dict[str, Any]:
+    """cuBLAS with a 256 MiB workspace per lane: one 2048^3 float32 GEMM per lane."""
+    g = 2048
+    a = dev.put(rng.standard_normal((g, g)).astype(np.float32))
+    cs = [dev.empty(g * g * 4) for _ in s.lanes]
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    free0 = _free_bytes(gctx)
+    blas, _, cublas, _ = _libs(gctx, heavy=True)
+    try:
+        t0 = time.perf_counter()
+        for k, lane in enumerate(s.lanes):
+            with blas.use(lane) as (h, _ws):
+                cublas.sgemm(h, 0, 0, g, g, g, one.ctypes.data, a, g, a, g, zero.ctypes.data, cs[k], g)
+        gctx.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+        held = (free0 - _free_bytes(gctx)) / MiB
+    finally:
+        gctx.synchronize()
+        blas.close(free_workspaces=True)
+    return {"heavy_ms": round(ms, 2), "heavy_held_MiB": round(held, 1)}
+
+
+def _timed(gctx, fn, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        gctx.synchronize()
+        t = time.perf_counter()
+        fn()
+        gctx.synchronize()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def _host_cost(device, gctx) -> dict[str, float]:
+    """Host microseconds per call: bare vs through the pool (same lane, and alternating two lanes)."""
+    from cuda.bindings import driver as cu
+
+    s = lf.new_stream(device, lanes=2)
+    l0, l1 = s.lanes
+    dev = _Dev(gctx, l0)
+    g = 8
+    pa = dev.put(np.eye(g, dtype=np.float32))
+    pc = dev.empty(g * g * 4)
+    pm = dev.put(np.eye(g))
+    px = dev.put(np.ones(g))
+    ipiv = dev.put(np.arange(1, g + 1, dtype=np.int32))
+    info = dev.empty(4)
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    blas, solver, cublas, sv = _libs(gctx)
+    sgemm, dgetrs = cublas.sgemm, sv.dgetrs
+    al, be = one.ctypes.data, zero.ctypes.data
+    calls = 64  # few enough that the launch queue never fills: the figures are host time, not GPU time
+    out: dict[str, float] = {}
+    try:
+        hb, hs = cublas.create(), sv.create()
+        cublas.set_stream(hb, l0.handle)
+        sv.set_stream(hs, l0.handle)
+
+        def bare_blas():
+            for _ in range(calls):
+                sgemm(hb, 0, 0, g, g, g, al, pa, g, pa, g, be, pc, g)
+
+        def pool_blas():
+            use = blas.use
+            for _ in range(calls):
+                with use(l0) as (h, _w):
+                    sgemm(h, 0, 0, g, g, g, al, pa, g, pa, g, be, pc, g)
+
+        def pool_blas_alt():
+            use = blas.use
+            for i in range(calls):
+                with use(l1 if i & 1 else l0) as (h, _w):
+                    sgemm(h, 0, 0, g, g, g, al, pa, g, pa, g, be, pc, g)
+
+        def bare_solver():
+            for _ in range(calls):
+                dgetrs(hs, 0, g, 1, pm, g, ipiv, px, g, info)
+
+        def pool_solver():
+            use = solver.use
+            for _ in range(calls):
+                with use(l0) as (h, _w):
+                    dgetrs(h, 0, g, 1, pm, g, ipiv, px, g, info)
+
+        fns = {"blas_bare": bare_blas, "blas_pool_same_lane": pool_blas, "blas_pool_alternating": pool_blas_alt,
+               "solver_bare": bare_solver, "solver_pool_same_lane": pool_solver}
+        for fn in fns.values():
+            fn()  # warm-up (first use, workspace)
+        samples: dict = {k: [] for k in fns}
+        for _ in range(41):  # interleaved, so drift hits every variant alike
+            for name, fn in fns.items():
+                gctx.synchronize()
+                t = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - t) / calls)
+        for name, ts in samples.items():
+            out[f"{name}_us"] = round(float(np.median(ts)) * 1e6, 3)
+        for lib in ("blas", "solver"):  # median of the paired differences: robust to drift
+            d = np.subtract(samples[f"{lib}_pool_same_lane"], samples[f"{lib}_bare"])
+            out[f"{lib}_pool_overhead_us"] = round(float(np.median(d)) * 1e6, 3)
+        from ...backends.cuda.handles import _Library
+
+        for lib, nbytes in _Library._measured.items():
+            out[f"{lib}_handle_MiB_at_create"] = round(nbytes / MiB, 1)
+        gctx.synchronize()
+        cublas.destroy(hb)
+        sv.destroy(hs)
+    finally:
+        gctx.synchronize()
+        blas.close(free_workspaces=True)
+        solver.close(free_workspaces=True)
+        cu.cuStreamSynchronize(l0.stream)
+        dev.close()
+        s.close()
+    return out
+
+
+def _print_tables(rows: list[dict], cost: dict, p) -> None:
+    from ..report import print_table
+
+    headers = ["policy", "lanes", "cuBLAS handles", "cuSOLVER handles", "held MiB", "of which workspaces MiB",
+               "first call ms", "first use, all lanes ms", f"{p['gemms']} GEMMs 64^3: GEMM/s",
+               f"{p['solves']} LU solves n={p['solve_n']}: solve/s", "heavy (256 MiB ws/lane): held MiB", "heavy ms",
+               "ok"]
+    table = [[r["policy"], r["lanes"], r["handles_cublas"], r["handles_cusolver"], r["held_MiB"], r["workspace_MiB"],
+              r["first_call_ms"], r["first_use_all_lanes_ms"], r["gemms_per_s"], r["solves_per_s"],
+              r["heavy_held_MiB"], r["heavy_ms"], "yes" if r["gemm_ok"] and r["solve_ok"] else "NO"] for r in rows]
+    print_table("handles: one handle per device vs per host thread vs per lane (bare library calls, one host "
+                "thread, round-robin over the lanes)", headers, table)
+    print_table("handles: host cost per library call (microseconds)", list(cost), [[cost[k] for k in cost]])
+    _verdict(rows, cost, p)
+
+
+def _verdict(rows: list[dict], cost: dict, p) -> None:
+    lanes = 16 if 16 in p["counts"] else max(p["counts"])
+    dev = next((r for r in rows if r["policy"] == "device" and r["lanes"] == lanes), None)
+    st = next((r for r in rows if r["policy"] == "stream" and r["lanes"] == lanes), None)
+    if dev is None or st is None:
+        return
+    hd, hs = dev["held_MiB"] - dev["workspace_MiB"], st["held_MiB"] - st["workspace_MiB"]
+    mem = hd / hs if hs > 0 else float("nan")
+    total = dev["held_MiB"] / st["held_MiB"] if st["held_MiB"] > 0 else float("nan")
+    thr_g = dev["gemms_per_s"] / st["gemms_per_s"]
+    thr_s = dev["solves_per_s"] / st["solves_per_s"]
+    print(f"at {lanes} lanes, device vs stream policy: handle memory {hd:.0f} vs {hs:.0f} MiB = {mem:.3f}x (target <= "
+          f"0.125; with the per-lane workspaces {total:.3f}x), GEMM throughput "
+          f"{thr_g:.2f}x and solve throughput {thr_s:.2f}x (target >= 0.95); pool host cost above a bare call: "
+          f"cuBLAS {cost['blas_pool_overhead_us']} us, cuSOLVER {cost['solver_pool_overhead_us']} us (target <= 0.5)")
+
+
+# -- part 3: through laneflow's ops, with the peers --------------------------------------------------
+
+def _ops_part(ctx, p) -> list[Result]:
     M, K, N, dt = p["M"], p["K"], p["N"], dtype(p["dtype"])
     rng = np.random.default_rng(SEED + 3)
     results = []
     for c in p["counts"]:
         x = normal(rng, (c, M, K), dt)
         w = normal(rng, (K, N), dt, 1 / np.sqrt(K))
-        # One workload name for every c, so the report shows one table with a row per count.
         case = Case("handles", f"c concurrent GEMMs {M}x{K} @ {K}x{N} {dt.name}, c = {p['counts']}",
                     {"x": x, "w": w},
                     np.matmul(f32(x), f32(w)), bytes=(c * (M * K + M * N) + K * N) * dt.itemsize,
                     flops=2 * c * M * K * N, dtype=dt, params={"c": c})
         why = lfi.unavailable(ctx.device)
         rows = [lfi.skipped(case, "laneflow", why)] if why else [
-            lfi.guard(case, f"laneflow {c} lanes", c, lambda: _lanes(ctx.device, x, w, c))]
+            lfi.guard(case, f"laneflow {c} lanes", c, lambda x=x, w=w, c=c: _lanes(ctx.device, x, w, c))]
         results += ctx.run_case(case, "handles", rows)
+    n = p["solve_n"]
+    for c in p["counts"]:
+        a = rng.standard_normal((c, n, n)) + n * np.eye(n)
+        b = rng.standard_normal((c, n, 4))
+        case = Case("handles", f"c concurrent solves {n}x{n} float64 (4 right-hand sides), c = {p['counts']}",
+                    {"a": a, "b": b}, np.linalg.solve(a, b), dtype=np.float64, rtol=1e-9, params={"c": c})
+        why = lfi.unavailable(ctx.device)
+        rows = [lfi.skipped(case, "laneflow", why)] if why else [
+            lfi.guard(case, f"laneflow {c} lanes", c, lambda a=a, b=b, c=c: _solves(ctx.device, a, b, c))]
+        rows += _peer_solves(ctx, case, a, b, c)
+        results += dataclasses.replace(ctx, peers=[]).run_case(case, "handles", rows)  # peers are inline here
     return results
 
 
@@ -57,3 +428,102 @@ def _lanes(device, x, w, c: int) -> Impl:
     impl.extra = {"first_run_ms": round(first * 1e3, 3),
                   "memory_growth_MiB": None if before is None else round((after - before) / 2**20, 2)}
     return impl
+
+
+def _solves(device, a, b, c: int) -> Impl:
+    s = lf.new_stream(device, lanes=c)
+    A = [lf.array(ai, stream=s) for ai in a]
+    B = [lf.array(bi, stream=s) for bi in b]
+    lf.eval(*A, *B)
+
+    def run():
+        ys = [lf.linalg.solve(ai, bi, stream=s) for ai, bi in zip(A, B)]
+        lf.eval(ys)
+        return ys
+    return Impl(f"laneflow {c} lane{'s' if c > 1 else ''}", run, lfi.stacked, lanes=c, close=s.close,
+                note=f"handle policy {lf.cuda.handle_policy()}" + ("; each solve checks devInfo (waits for its lane)"
+                                                                  if device.type == "gpu" else ""))
+
+
+def _peer_solves(ctx, case, a, b, c: int) -> list[Impl | Result]:
+    """The same solves through the peers that import, one stream each (their own handle designs)."""
+    from ..harness import skipped
+
+    out: list[Impl | Result] = []
+    if not ctx.gpu:
+        return out
+    if "torch" in ctx.peers:
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ImportError("no CUDA")
+            ta = [torch.from_numpy(ai).cuda() for ai in a]
+            tb = [torch.from_numpy(bi).cuda() for bi in b]
+            tstreams = [torch.cuda.Stream() for _ in range(c)]
+
+            def run_torch(torch=torch, ta=ta, tb=tb, tstreams=tstreams):
+                ys = [None] * c
+                cur = torch.cuda.current_stream()
+                for k in range(c):
+                    tstreams[k].wait_stream(cur)
+                    with torch.cuda.stream(tstreams[k]):
+                        ys[k] = torch.linalg.solve(ta[k], tb[k])
+                for st in tstreams:
+                    cur.wait_stream(st)
+                return ys
+            out.append(Impl(f"torch {c} streams", run_torch, lambda ys: np.stack([y.cpu().numpy() for y in ys]),
+                            lanes=c, sync=torch.cuda.synchronize))
+        except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+            out.append(skipped(case, "torch", f"{type(e).__name__}: {e}"[:120]))
+    if "cupy" in ctx.peers:
+        try:
+            import cupy as cp
+
+            ca = [cp.asarray(ai) for ai in a]
+            cb = [cp.asarray(bi) for bi in b]
+            cstreams = [cp.cuda.Stream(non_blocking=True) for _ in range(c)]
+
+            def run_cupy(cp=cp, ca=ca, cb=cb, cstreams=cstreams):
+                ys = [None] * c
+                for k in range(c):
+                    with cstreams[k]:
+                        ys[k] = cp.linalg.solve(ca[k], cb[k])
+                for st in cstreams:
+                    st.synchronize()
+                return ys
+            out.append(Impl(f"cupy {c} streams", run_cupy, lambda ys: np.stack([cp.asnumpy(y) for y in ys]),
+                            lanes=c, sync=lambda: cp.cuda.Device().synchronize()))
+        except Exception as e:  # noqa: BLE001
+            out.append(skipped(case, "cupy", f"{type(e).__name__}: {e}"[:120]))
+    if "jax" in ctx.peers:
+        try:
+            import jax
+            import jax.numpy as jnp
+
+            x64 = getattr(jax, "enable_x64", None)
+            if x64 is not None:
+                def enable_x64(x64=x64):
+                    return x64(True)
+            else:
+                from jax.experimental import enable_x64
+            gpu = [d for d in jax.devices() if d.platform == "gpu"]
+            if not gpu:
+                raise ImportError("no GPU device in JAX")
+            with enable_x64():
+                ja = [jax.device_put(jnp.asarray(ai), gpu[0]) for ai in a]
+                jb = [jax.device_put(jnp.asarray(bi), gpu[0]) for bi in b]
+                solve = jax.jit(jnp.linalg.solve)
+
+            def run_jax(ja=ja, jb=jb, solve=solve, enable_x64=enable_x64):
+                with enable_x64():
+                    ys = [solve(ai, bi) for ai, bi in zip(ja, jb)]
+                    for y in ys:
+                        y.block_until_ready()
+                return ys
+            out.append(Impl("jax jit (its own streams)", run_jax, lambda ys: np.stack([np.asarray(y) for y in ys]),
+                            lanes=None))
+        except Exception as e:  # noqa: BLE001
+            out.append(skipped(case, "jax", f"{type(e).__name__}: {e}"[:120]))
+    return out
+

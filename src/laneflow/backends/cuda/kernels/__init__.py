@@ -7,8 +7,8 @@ kernel also takes a numpy array: a host-to-device copy). Each kernel enqueues it
 
 from __future__ import annotations
 
-from .. import linalg_host as _linalg
 from .. import matmul as _matmul
+from .. import solver as _linalg
 from . import copy as _copy
 from . import elementwise as _ew
 from . import index as _index

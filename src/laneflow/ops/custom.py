@@ -1,0 +1,34 @@
+"""User-written kernels as graph nodes (backend-neutral).
+
+A :class:`CustomCall` is one command whose work a backend prepared (``run(lane, inputs, outputs)``
+with the backend's buffer handles). It reads its inputs and writes fresh outputs like any built-in
+op, so the encoder orders it by the same hazards, picks its lane, and ``lf.compile`` records it.
+It never donates: a user kernel's inputs are read-only to laneflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..array import Array
+from ..graph.node import ArrayData, Primitive, multi_output
+
+
+class CustomCall(Primitive):
+    kind = "custom"
+
+    def __init__(self, name: str, run: Callable):
+        super().__init__(name)
+        self.run = run
+
+
+def custom_call(prim: CustomCall, inputs: Sequence[ArrayData], specs: Sequence[tuple[tuple, np.dtype]],
+                stream) -> tuple[Array, ...]:
+    """The outputs (one Array per ``(shape, dtype)`` spec) of ``prim`` applied to ``inputs``."""
+    inputs = tuple(inputs)
+    datas = [ArrayData(tuple(shape), dtype, stream, prim, inputs) for shape, dtype in specs]
+    if len(datas) > 1:
+        multi_output(datas)
+    return tuple(Array._wrap(d) for d in datas)
