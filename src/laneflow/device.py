@@ -10,7 +10,7 @@ _TYPES = ("cpu", "gpu")
 class Device:
     """A place where buffers live and commands run. Devices compare by (type, index)."""
 
-    __slots__ = ("type", "index")
+    __slots__ = ("type", "index", "_hash")
 
     def __init__(self, type: str, index: int = 0):
         if type not in _TYPES:
@@ -21,6 +21,7 @@ class Device:
             raise ValueError(f"Device: there is one cpu device (index 0), got index {index}")
         object.__setattr__(self, "type", type)
         object.__setattr__(self, "index", index)
+        object.__setattr__(self, "_hash", hash((type, index)))  # devices key hot dicts (compile caches)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Device is immutable")
@@ -29,10 +30,10 @@ class Device:
         return (Device, (self.type, self.index))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Device) and other.type == self.type and other.index == self.index
+        return other is self or (isinstance(other, Device) and other.type == self.type and other.index == self.index)
 
     def __hash__(self) -> int:
-        return hash((self.type, self.index))
+        return self._hash
 
     def __repr__(self) -> str:
         return f"Device({self.type!r}, {self.index})"

@@ -134,12 +134,39 @@ def _flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
 
 # Module-level recursion, not nested closures: a recursive closure is a reference cycle, which would
 # keep every leaf (a call's outputs, say) alive until the garbage collector runs.
+_LEAF = ("leaf",)
+_lazy: tuple = ()
+
+
+def _imports() -> tuple:
+    """(Array, current_stream), imported once (this module is imported before them)."""
+    global _lazy
+    if not _lazy:
+        from ..array import Array
+        from ..streams import current_stream
+
+        _lazy = (Array, current_stream)
+    return _lazy
+
+
+def _is_array(x: Any) -> bool:
+    Array = _imports()[0]
+    return x.__class__ is Array or isinstance(x, Array)
+
+
 def _walk(x: Any, is_leaf: Callable[[Any], bool], leaves: list) -> Any:
     if is_leaf(x):
         leaves.append(x)
-        return ("leaf",)
+        return _LEAF
     if isinstance(x, (list, tuple)):
-        return (type(x), tuple(_walk(v, is_leaf, leaves) for v in x))
+        parts = []
+        for v in x:  # a loop, not a generator: calls pass tens of arrays
+            if is_leaf(v):
+                leaves.append(v)
+                parts.append(_LEAF)
+            else:
+                parts.append(_walk(v, is_leaf, leaves))
+        return (type(x), tuple(parts))
     if isinstance(x, dict):
         return (dict, tuple((k, _walk(v, is_leaf, leaves)) for k, v in x.items()))
     return ("static", _Static(x))
@@ -157,7 +184,8 @@ def _build(t: Any, it: Any) -> Any:
         return t[1].value
     if tag is dict:
         return {k: _build(v, it) for k, v in t[1]}
-    return tag(_build(v, it) for v in t[1])
+    parts = [next(it) if v is _LEAF else _build(v, it) for v in t[1]]
+    return parts if tag is list else tag(parts)
 
 
 class CompiledFunction:
@@ -166,6 +194,7 @@ class CompiledFunction:
     def __init__(self, fn: Callable):
         self.fn = fn
         self._plans: dict = {}
+        self._flat: dict = {}  # number of positional arrays -> the structure of (args, {})
         functools.update_wrapper(self, fn)
 
     @property
@@ -178,12 +207,21 @@ class CompiledFunction:
         return [p.stats() for p in self._plans.values()]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from ..array import Array
-        from ..streams import current_stream
-
-        if tracing():
+        Array, current_stream = _imports()
+        if ACTIVE[0] and tracing():
             return self.fn(*args, **kwargs)  # nested compile: inline into the outer trace
-        leaves, treedef = _flatten((args, kwargs), lambda x: isinstance(x, Array))
+        for a in args:  # the common call: arrays only, positional
+            if a.__class__ is not Array:
+                break
+        else:
+            if not kwargs:
+                leaves = list(args)
+                treedef = self._flat.get(len(args))
+                if treedef is None:
+                    treedef = self._flat[len(args)] = _flatten((args, kwargs), _is_array)[1]
+                args = None
+        if args is not None:
+            leaves, treedef = _flatten((args, kwargs), _is_array)
         stream = current_stream()
         key = (treedef, stream.id, tuple([(d.shape, d.dtype, d.device) for d in [a._data for a in leaves]]))
         try:
@@ -327,7 +365,7 @@ def _unit(plan: _Plan, stream: Any):
 
 
 def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
-    from ..array import Array
+    Array = _imports()[0]
 
     with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
         datas = [a._data for a in leaves]

@@ -163,11 +163,6 @@ class GraphPlan:
             if ref[0] == "slot" and ref[1] not in returned:
                 returned.append(ref[1])
         self.returned = returned
-        self.out_specs = []
-        for slot in returned:
-            spec = self.spec_of[slot]
-            n = _nbytes(spec)
-            self.out_specs.append((slot, spec, n, n // spec.dtype.itemsize if spec.dtype.itemsize else 0))
         # Intermediates: the plan's arena (made by its first, command-list replay), shared with it.
         self.regions: list[Buffer] = []
         self.views: dict[int, ViewArray] = {}
@@ -181,6 +176,12 @@ class GraphPlan:
             self.out_offsets[slot] = total
             total += -(-max(_nbytes(self.spec_of[slot]), 1) // _ALIGN) * _ALIGN
         self.out_bytes = total
+        self.out_specs = []  # (slot, shape, dtype, nbytes, size, offset) of each returned value
+        for slot in returned:
+            spec = self.spec_of[slot]
+            n = _nbytes(spec)
+            self.out_specs.append((slot, spec.shape, spec.dtype, n, n // spec.dtype.itemsize if spec.dtype.itemsize else 0,
+                                   self.out_offsets[slot]))
         self.sets: list[_OutSet] = []
         # -- arguments ---------------------------------------------------------------------------
         self.bound: list[Buffer | None] = []      # direct arguments: the buffer the graph reads
@@ -190,6 +191,10 @@ class GraphPlan:
         self.captures = self.updates = self.evacuated = self.launches = self.host_calls = 0
         self.nodes = 0
         self.last_point = None
+        self._last_args: list | None = None
+        self._reads: list = []
+        self._static_writes: list | None = None
+        self._copies: list = []
 
     # -- public ----------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -221,6 +226,7 @@ class GraphPlan:
                 if self.arg_nbytes[i] <= STAGE_LIMIT:
                     self.staged[i] = self.backend.allocate_region(self.device, self.arg_nbytes[i], "compile input")
                     bound[i] = None
+                    self._static_writes = None
                 else:
                     bound[i] = b
                 for o in self.sets:
@@ -293,6 +299,8 @@ class GraphPlan:
                 cur = readers.get(p.lane)
                 if cur is None or cur.seq < p.seq:
                     readers[p.lane] = p
+        lane = stream.lanes[0]
+        o.lane = lane
         ctx = self.ctx
         base = region.data.ptr
         release = o.released
@@ -300,24 +308,31 @@ class GraphPlan:
         new_bufs = []
         live = o.live
         device = self.device
-        offsets = self.out_offsets
-        for slot, spec, n, size in self.out_specs:
-            h = OutArray.__new__(OutArray)
-            h.ctx, h.shape, h.dtype, h.host, h.owner = ctx, spec.shape, spec.dtype, None, region
-            h.size, h.nbytes, h.ptr = size, n, base + offsets[slot]
-            o.tags += 1
-            h.tag = o.tags
-            live.add(o.tags)
-            b = Buffer(device, n, h, release)
-            outs[slot] = b
+        tag = o.tags
+        new = OutArray.__new__
+        for slot, shape, dtype, n, size, offset in self.out_specs:
+            h = new(OutArray)
+            h.ctx, h.shape, h.dtype, h.host, h.owner = ctx, shape, dtype, None, region
+            h.size, h.nbytes, h.ptr = size, n, base + offset
+            tag += 1
+            h.tag = tag
+            live.add(tag)
+            b = outs[slot] = Buffer(device, n, h, release)
             new_bufs.append(b)
+        o.tags = tag
         o.last = [weakref.ref(b) for b in new_bufs]
-        copies = [(self.staged[i].data.ptr, i, self.arg_nbytes[i]) for i in self.staged if self.arg_nbytes[i]]
         exec_ = o.exec
-        reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
-        writes = [*self.regions, *self.staged.values(), region, *new_bufs]
-        for b in writes:
+        if bufs != self._last_args:  # the same argument buffers as last call (weights): reuse the lists
+            self._last_args = bufs
+            self._reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
+        if self._static_writes is None:
+            self._static_writes = [*self.regions, *self.staged.values()]
+            self._copies = [(self.staged[i].data.ptr, i, self.arg_nbytes[i]) for i in self.staged
+                            if self.arg_nbytes[i]]
+        for b in self._static_writes:
             b.error = None
+        region.error = None
+        copies = self._copies
 
         def launch(lane, copies=copies, bufs=bufs, exec_=exec_):
             s = lane.stream
@@ -330,7 +345,8 @@ class GraphPlan:
                 check((err,), "cuGraphLaunch")
 
         o.launched = self.launches = self.launches + 1
-        self.last_point = stream.encoder.encode(self.name, launch, reads, writes, lane=stream.lanes[0])
+        self.last_point = stream.encoder.encode(self.name, launch, self._reads,
+                                                [*self._static_writes, region, *new_bufs], lane=lane)
         return outs
 
     # -- capture ---------------------------------------------------------------------------------
@@ -495,6 +511,7 @@ class _OutSet:
         self.temps: _Temps | None = None
         self.stale = False
         self.launched = 0
+        self.lane = None  # the lane its launches go to
         self.tags = 0
         self.live: set[int] = set()
         self.dead: collections.deque = collections.deque()
@@ -504,15 +521,19 @@ class _OutSet:
         ref = weakref.ref(self)
 
         def released(buf: Buffer, ref=ref) -> None:
-            # Any thread, maybe inside GC: only queue the points the region's next writer must wait for.
-            pts = [p for p in (buf.writer, *buf.readers.values()) if p is not None]
+            # Any thread, maybe inside GC: only queue the points the region's next writer must wait for
+            # (points on the launch lane precede the next launch there anyway).
             h = buf.data
             owner = h.owner
             o = ref()
             if o is not None and owner is o.region:
-                o.dead.append(pts)
+                lane = o.lane
+                pts = [p for p in (buf.writer, *buf.readers.values()) if p is not None and p.lane is not lane]
+                if pts:
+                    o.dead.append(pts)
                 o.live.discard(h.tag)
-            elif owner is not None:  # a region given away (exported outputs) or a dropped plan's
+            elif owner is not None:
+                pts = [p for p in (buf.writer, *buf.readers.values()) if p is not None]  # a region given away (exported outputs) or a dropped plan's
                 readers = owner.readers
                 for p in pts:
                     cur = readers.get(p.lane)

@@ -1,0 +1,189 @@
+"""Run laneflow's CUDA backend on a machine without a GPU, with every driver call a no-op, to measure
+and profile the backend's *Python* host cost per op (the part a GPU run cannot separate from driver
+time). Results are garbage: nothing runs. Needs ``cuda-bindings`` importable (types and enums come from
+it); NVRTC and cuBLASLt are replaced too.
+
+    python tools/fake_cuda.py dispatch     # host us per tiny add, eager, on the fake GPU
+    python tools/fake_cuda.py compiled     # host us per compiled call (1 tiny op; CUDA graph path)
+    python tools/fake_cuda.py experts      # host us per compiled call, 32 matmuls
+    ... --profile                          # cProfile of the measured loop
+
+A real driver call costs roughly 0.5-3 us more than these fakes (measured on the H200 machine).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import sys
+import time
+
+import numpy as np
+from cuda.bindings import driver as real
+
+OK = real.CUresult.CUDA_SUCCESS
+_ids = itertools.count(0x1000)
+_ptrs = itertools.count(0x7F0000000000, 1 << 20)
+_host_words: list = []
+_attr = real.CUdevice_attribute
+_ATTRS = {
+    _attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
+    _attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+    _attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,
+    _attr.CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: 1,
+    _attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE: 1980000,
+}
+
+
+def _ok(*_a, **_k):
+    return (OK,)
+
+
+def _handle(*_a, **_k):
+    return (OK, next(_ids))
+
+
+def _host_alloc(nbytes, *_a):
+    buf = ctypes.create_string_buffer(max(int(nbytes), 8))
+    _host_words.append(buf)
+    return (OK, ctypes.addressof(buf))
+
+
+FAKES = {
+    "cuInit": _ok, "cuDeviceGetCount": lambda: (OK, 1), "cuDeviceGet": _handle,
+    "cuDevicePrimaryCtxRetain": _handle, "cuCtxSetCurrent": _ok, "cuCtxSynchronize": _ok,
+    "cuDeviceGetAttribute": lambda attr, dev: (OK, _ATTRS.get(attr, 1024)),
+    "cuDeviceGetName": lambda n, dev: (OK, b"fake GPU"), "cuGetErrorName": lambda e: (OK, b"CUDA_ERROR_FAKE"),
+    "cuStreamCreate": _handle, "cuStreamDestroy": _ok, "cuStreamSynchronize": _ok, "cuStreamWaitEvent": _ok,
+    "cuStreamWaitValue64": _ok, "cuEventCreate": _handle, "cuEventRecord": _ok, "cuEventQuery": _ok,
+    "cuEventSynchronize": _ok, "cuEventDestroy": _ok, "cuEventElapsedTime": lambda a, b: (OK, 0.001),
+    "cuMemPoolCreate": _handle, "cuMemPoolSetAttribute": _ok, "cuMemPoolGetAttribute": lambda *a: (OK, 0),
+    "cuDeviceGetDefaultMemPool": _handle, "cuMemAllocFromPoolAsync": lambda n, pool, s: (OK, next(_ptrs)),
+    "cuMemFreeAsync": _ok, "cuMemGetInfo": lambda: (OK, 100 << 30, 140 << 30),
+    "cuMemHostAlloc": _host_alloc, "cuMemHostGetDevicePointer": lambda p, f: (OK, p),
+    "cuMemcpyHtoDAsync": _ok, "cuMemcpyDtoHAsync": _ok, "cuMemcpyDtoDAsync": _ok, "cuMemcpyPeerAsync": _ok,
+    "cuMemcpyDtoH": _ok, "cuMemsetD8Async": _ok, "cuMemsetD16Async": _ok, "cuMemsetD32Async": _ok,
+    "cuModuleLoadData": _handle, "cuModuleGetFunction": _handle, "cuFuncSetAttribute": _ok,
+    "cuLaunchKernel": _ok, "cuStreamBeginCapture": _ok, "cuStreamEndCapture": _handle,
+    "cuGraphInstantiate": _handle, "cuGraphUpload": _ok, "cuGraphLaunch": _ok, "cuGraphDestroy": _ok,
+    "cuGraphExecDestroy": _ok, "cuGraphExecUpdate": lambda e, g: (OK, None),
+    "cuGraphGetNodes": lambda g, n=0: (OK, None, 1),
+}
+
+
+class FakeDriver:
+    """``cuda.bindings.driver`` with the calls laneflow makes replaced by instant successes."""
+
+    def __getattr__(self, name):
+        fake = FAKES.get(name)
+        return fake if fake is not None else getattr(real, name)
+
+
+class _FakeLt:
+    """Just enough of nvmath's cuBLASLt binding for laneflow's matmul to plan and 'run'."""
+
+    class MatmulPreferenceAttribute:
+        MAX_WORKSPACE_BYTES = 1
+
+    class MatrixLayoutAttribute:
+        BATCH_COUNT, STRIDED_BATCH_OFFSET = 1, 2
+
+    matmul_heuristic_result_dtype = np.dtype([("algo", "u1", 64), ("workspace_size", "u8")])
+
+    def __getattr__(self, name):
+        if name.startswith("get_"):
+            return lambda attr: np.dtype(np.int64)
+        if name == "matmul_algo_get_heuristic":
+            def heur(*a):
+                ctypes.c_int32.from_address(int(a[-1])).value = 1
+            return heur
+        return lambda *a, **k: next(_ids)
+
+
+class _FakeCublas:
+    class ComputeType:
+        COMPUTE_64F, COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 70, 68, 77
+
+
+def install() -> None:
+    """Patch laneflow's CUDA modules (import them first) to use the fake driver and libraries."""
+    import importlib
+    import pkgutil
+
+    import laneflow.backends.cuda as pkg
+
+    fake = FakeDriver()
+    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        mod = importlib.import_module(m.name)
+        if getattr(mod, "cu", None) is real:
+            mod.cu = fake
+    from laneflow.backends.cuda import driver, matmul, nvrtc
+
+    driver._initialised = False
+    nvrtc.compile = lambda source, cc, name="kernel": (name, b"\0")
+    matmul._lt = lambda: (_FakeCublas, _FakeLt())
+    import laneflow.streams as streams
+
+    streams._backends.pop("gpu", None)
+
+
+def main(argv: list[str]) -> None:
+    install()
+    import laneflow as lf
+
+    which = argv[0] if argv else "dispatch"
+    n = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 5000
+    s = lf.new_stream(lf.gpu, lanes=int(argv[2]) if len(argv) > 2 and argv[2].isdigit() else 1)
+    rng = np.random.default_rng(0)
+    with lf.stream(s):
+        if which == "dispatch":
+            x0 = lf.array(rng.standard_normal(16).astype(np.float32))
+
+            def work():
+                x = x0
+                for _ in range(100):
+                    x = x + 1.0
+                lf.eval(x)
+            per = 100
+        else:
+            if which == "experts":
+                E = 32
+                args = [lf.array(rng.standard_normal((16, 64)).astype(np.float32)) for _ in range(E)] + \
+                       [lf.array(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(E)]
+                f = lf.compile(lambda *a: [a[i] @ a[E + i] for i in range(E)])
+            else:
+                args = [lf.array(rng.standard_normal(16).astype(np.float32))]
+                f = lf.compile(lambda x: x + 1.0)
+            lf.eval(*args)
+
+            def work():
+                out = None
+                for _ in range(100):
+                    out = f(*args)
+                return out
+            per = 100
+        for _ in range(3):
+            work()
+        if which != "dispatch":
+            print("stats", f.stats())
+        reps = max(1, n // per)
+        t = time.perf_counter()
+        if "--profile" in argv:
+            import cProfile
+            import pstats
+
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(reps):
+                work()
+            pr.disable()
+            pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+        else:
+            for _ in range(reps):
+                work()
+        dt = (time.perf_counter() - t) / (reps * per)
+        print(f"{which}: {dt * 1e6:.2f} us host per {'op' if which == 'dispatch' else 'call'} (fake driver)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
