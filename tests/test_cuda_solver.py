@@ -416,7 +416,16 @@ def eye(lane, ptr, dtype, batch, rows, cols):
         view(ptr, dtype, (batch, rows, cols))[:] = np.eye(rows, cols)
 
 
-S.strided_copy, S._tri_zero, S._eye = strided, tri, eye
+def defer_info(lane, op, what, detail, ptr, count, prim=None):
+    # the GPU reports devInfo at the host wait; here the first failure is raised at once
+    if count:
+        inf = np.ctypeslib.as_array((ctypes.c_int32 * count).from_address(ptr)).copy()
+        nz = np.flatnonzero(inf)
+        if nz.size:
+            raise S._info_error(op, what, detail, int(nz[0]), int(inf[nz[0]]), count)
+
+
+S.strided_copy, S._tri_zero, S._eye, S._defer_info = strided, tri, eye, defer_info
 
 
 class Mem:

@@ -137,3 +137,36 @@ def test_not_positive_definite_raises_linalg_error_at_eval(device):
 def test_invalid_linalg_calls_name_the_op(call, exc, pattern):
     with pytest.raises(exc, match=pattern):
         call()
+
+
+@pytest.mark.parametrize("op", ["cholesky", "inv", "solve", "qr", "eigh", "svd"])
+def test_a_batch_is_spread_over_lanes_with_the_same_values(device, rng, op):
+    """On a stream with several lanes a batch becomes one command per chunk, on different lanes; each
+    matrix goes through the same routine, so the values equal the one-lane result."""
+    a = rng.standard_normal((6, 16, 16))
+    a = a @ np.swapaxes(a, -1, -2) + 16 * np.eye(16)
+    b = rng.standard_normal((6, 16, 3))
+    fn = {"cholesky": lambda: lf.linalg.cholesky(lf.array(a)), "inv": lambda: lf.linalg.inv(lf.array(a)),
+          "solve": lambda: lf.linalg.solve(lf.array(a), lf.array(b)), "qr": lambda: lf.linalg.qr(lf.array(a)),
+          "eigh": lambda: lf.linalg.eigh(lf.array(a)), "svd": lambda: lf.linalg.svd(lf.array(a))}[op]
+
+    def call(s):
+        with lf.stream(s):
+            return fn()
+    one, four = lf.new_stream(device, lanes=1), lf.new_stream(device, lanes=4)
+    ref = call(one)
+    lf.eval(ref)
+    lf.reset_stats()
+    got = call(four)
+    lf.eval(got)
+    per_lane = lf.stats()["per_lane"]
+    used = [name for name, n in per_lane.items() if f"/s{four.id}." in name and n > 0]
+    assert len(used) >= 2, per_lane
+    ref, got = (ref, got) if isinstance(ref, tuple) else ((ref,), (got,))
+    for r, g in zip(ref, got):
+        if device.type == "cpu":
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(r))
+        else:
+            np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-12, atol=1e-12)
+    one.close()
+    four.close()

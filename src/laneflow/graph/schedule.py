@@ -135,6 +135,19 @@ def _finish(outs, bufs) -> None:
         o.siblings = None
 
 
+def resolve_checks(buf) -> LaneflowError | None:
+    """After the buffer's writer finished: the first failure its deferred checks report (kept as the
+    buffer's error, so later evals raise it without reading again), or None (the checks are dropped)."""
+    err = None
+    for c in buf.checks:
+        err = c.error()
+        if err is not None:
+            buf.error = err
+            break
+    buf.checks = None
+    return err
+
+
 def wait(d: ArrayData, timeout: float | None = None) -> None:
     """Block until d's buffer is written; raise the error of the op that failed to produce it."""
     buf = d.buffer
@@ -142,6 +155,8 @@ def wait(d: ArrayData, timeout: float | None = None) -> None:
     if w is not None and not w.lane.host_wait(w.seq, timeout):
         raise TimeoutError(f"waiting for {w.lane.name} command {w.seq} timed out after {timeout} s")
     err = buf.error
+    if err is None and buf.checks is not None:
+        err = resolve_checks(buf)
     if err is not None:
         # The same error object is raised at every eval that needs it: drop the frames of earlier
         # raises, or its traceback (and every local it references) would grow with each one.

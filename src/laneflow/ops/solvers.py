@@ -4,6 +4,11 @@ float32 and float64; integer and bool inputs compute in float64 (as numpy); floa
 refused (numpy and cuSOLVER have no half-precision factorizations). A matrix the method cannot handle
 (singular for solve/inv, not positive definite for cholesky) raises :class:`lf.LinAlgError` at the
 eval that needs the result, as numpy raises ``LinAlgError``.
+
+On a stream with several lanes, a batch (leading dimension of at least 2) is split into one command
+per lane (at most one chunk per lane, along the first batch axis) whose results are concatenated: the
+chunks run at the same time. Each matrix is factored by the same routine either way, so the values are
+the same as unsplit.
 """
 
 from __future__ import annotations
@@ -59,13 +64,43 @@ def _multi(prim: Primitive, inputs: tuple, specs: list, st) -> tuple[Array, ...]
     return tuple(Array._wrap(d) for d in datas)
 
 
+def _factor(name: str, params: dict, inputs: tuple, specs: list, st, split: tuple, single: bool = False):
+    """The op's node(s). ``split`` says, per input, whether it carries the batch's first axis (and is
+    cut with it); every output does. Several lanes and a batch of 2 or more: one node per chunk."""
+    lanes = len(st.lanes)
+    b0 = specs[0][0][0] if any(split) and len(inputs[0].shape) > 2 else 0
+    if lanes < 2 or b0 < 2:
+        prim = Factorization(name, **params)
+        if single:
+            return node(prim, inputs, specs[0][0], specs[0][1], st)
+        return _multi(prim, inputs, specs, st)
+    from .shape import concatenate
+
+    k = min(lanes, b0)
+    bounds = [b0 * j // k for j in range(k + 1)]
+    per = 1  # matrices per step of the first axis: chunk offsets in the flattened batch, for messages
+    for s in inputs[0].shape[1:-2]:
+        per *= s
+    parts = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        ins = tuple(Array._wrap(d)[lo:hi]._data if cut else d for d, cut in zip(inputs, split))
+        pspecs = [((hi - lo,) + shape[1:], dtype) for shape, dtype in specs]
+        prim = Factorization(name, **params, first=lo * per, total=b0 * per)
+        if single:
+            parts.append((node(prim, ins, pspecs[0][0], pspecs[0][1], st),))
+        else:
+            parts.append(_multi(prim, ins, pspecs, st))
+    outs = tuple(concatenate([p[i] for p in parts], axis=0, stream=st) for i in range(len(specs)))
+    return outs[0] if single else outs
+
+
 def cholesky(a: Any, upper: bool = False, *, stream: Any = None) -> Array:
     """Cholesky factor of symmetric positive-definite matrices: lower ``L`` with ``a = L @ L.T``
     (or upper ``U`` with ``a = U.T @ U`` when ``upper=True``)."""
     st = stream_of(stream, "cholesky")
     d = _matrix("cholesky", a, st, square=True)
     to = _float_dtype("cholesky", d)
-    return node(Factorization("cholesky", upper=bool(upper)), (_cast(d, to, st),), d.shape, to, st)
+    return _factor("cholesky", {"upper": bool(upper)}, (_cast(d, to, st),), [(d.shape, to)], st, (True,), single=True)
 
 
 def inv(a: Any, *, stream: Any = None) -> Array:
@@ -73,7 +108,7 @@ def inv(a: Any, *, stream: Any = None) -> Array:
     st = stream_of(stream, "inv")
     d = _matrix("inv", a, st, square=True)
     to = _float_dtype("inv", d)
-    return node(Factorization("inv"), (_cast(d, to, st),), d.shape, to, st)
+    return _factor("inv", {}, (_cast(d, to, st),), [(d.shape, to)], st, (True,), single=True)
 
 
 def solve(a: Any, b: Any, *, stream: Any = None) -> Array:
@@ -95,7 +130,13 @@ def solve(a: Any, b: Any, *, stream: Any = None) -> Array:
             raise ValueError(f"solve: batch dimensions of {describe(da, db)} cannot be broadcast") from None
         shape = batch + db.shape[-2:]
     to = dt.result_type(_float_dtype("solve", da), _float_dtype("solve", db))
-    return node(Factorization("solve"), (_cast(da, to, st), _cast(db, to, st)), shape, to, st)
+    # cut along the batch only when a carries the whole batch; b too when it has that batch axis
+    cut_a = len(da.shape) > 2 and len(shape) > 2 and da.shape[0] == shape[0]
+    cut_b = cut_a and len(db.shape) == len(shape) and db.shape[0] == shape[0]
+    if cut_a and len(db.shape) > 1 and not cut_b and len(db.shape) == len(shape):
+        cut_a = False  # b broadcasts along the first axis (size 1) while a does not: keep one command
+    return _factor("solve", {}, (_cast(da, to, st), _cast(db, to, st)), [(shape, to)], st, (cut_a, cut_b),
+                   single=True)
 
 
 def qr(a: Any, *, stream: Any = None) -> tuple[Array, Array]:
@@ -106,7 +147,7 @@ def qr(a: Any, *, stream: Any = None) -> tuple[Array, Array]:
     *batch, m, n = d.shape
     k = min(m, n)
     batch = tuple(batch)
-    return _multi(Factorization("qr"), (_cast(d, to, st),), [(batch + (m, k), to), (batch + (k, n), to)], st)
+    return _factor("qr", {}, (_cast(d, to, st),), [(batch + (m, k), to), (batch + (k, n), to)], st, (True,))
 
 
 def eigh(a: Any, UPLO: str = "L", *, stream: Any = None) -> tuple[Array, Array]:  # noqa: N803 - numpy's name
@@ -116,7 +157,8 @@ def eigh(a: Any, UPLO: str = "L", *, stream: Any = None) -> tuple[Array, Array]:
         raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
     d = _matrix("eigh", a, st, square=True)
     to = _float_dtype("eigh", d)
-    return _multi(Factorization("eigh", UPLO=UPLO), (_cast(d, to, st),), [(d.shape[:-1], to), (d.shape, to)], st)
+    return _factor("eigh", {"UPLO": UPLO}, (_cast(d, to, st),), [(d.shape, to), (d.shape[:-1], to)][::-1], st,
+                   (True,))
 
 
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, *, stream: Any = None):
@@ -129,8 +171,8 @@ def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, *, stream: 
     k = min(m, n)
     src = (_cast(d, to, st),)
     if not compute_uv:
-        return node(Factorization("svd", full_matrices=bool(full_matrices), compute_uv=False), src,
-                    batch + (k,), to, st)
+        return _factor("svd", {"full_matrices": bool(full_matrices), "compute_uv": False}, src,
+                       [(batch + (k,), to)], st, (True,), single=True)
     um, vn = (m, n) if full_matrices else (k, k)
     specs = [(batch + (m, um), to), (batch + (k,), to), (batch + (vn, n), to)]
-    return _multi(Factorization("svd", full_matrices=bool(full_matrices), compute_uv=True), src, specs, st)
+    return _factor("svd", {"full_matrices": bool(full_matrices), "compute_uv": True}, src, specs, st, (True,))

@@ -12,10 +12,13 @@ class Buffer:
     ``writer`` is the point of the last command that wrote it; ``readers`` maps each lane to the
     last point on it that read the buffer since that write. ``error`` is set when the command that
     should have produced the contents failed. ``exported`` marks memory shared outside laneflow
-    (numpy views, DLPack), which is then never reused in place.
+    (numpy views, DLPack), which is then never reused in place. ``checks`` holds the
+    :class:`~laneflow.runtime.lane.DeferredCheck` objects of failures the device reports only after
+    running (an index computed on the GPU out of range, cuSOLVER's devInfo), resolved at the host wait.
     """
 
-    __slots__ = ("device", "nbytes", "data", "writer", "readers", "error", "exported", "release", "__weakref__")
+    __slots__ = ("device", "nbytes", "data", "writer", "readers", "error", "exported", "release", "checks",
+                 "__weakref__")
 
     def __init__(self, device: Any, nbytes: int, data: Any, release=None):
         self.device = device
@@ -26,6 +29,7 @@ class Buffer:
         self.error = None
         self.exported = False
         self.release = release
+        self.checks = None
 
     def __del__(self) -> None:
         rel = self.release

@@ -29,6 +29,39 @@ class Point:
         return f"Point({self.lane.name}#{self.seq})"
 
 
+class DeferredCheck:
+    """A failure only the device can see, known once the command has run: ``read()`` returns the error
+    (or None) and may be called only after the command finished. Values a failing command produced,
+    and everything computed from them, raise it at the host wait that needs them (``lf.eval``, a host
+    read), as a failure detected on the host would."""
+
+    __slots__ = ("_read", "_error", "__weakref__")
+
+    def __init__(self, read: Callable[[], LaneflowError | None]):
+        self._read = read
+        self._error = None
+
+    def error(self) -> LaneflowError | None:
+        read = self._read
+        if read is not None:
+            self._read = None
+            self._error = read()
+        return self._error
+
+    def bind(self, lane: "Lane", seq: int) -> None:
+        """Called once the command is submitted: which point the check belongs to."""
+
+
+def _merge(a: tuple | None, b: tuple) -> tuple:
+    if not a:
+        return b
+    out = list(a)
+    for c in b:
+        if not any(c is x for x in out):
+            out.append(c)
+    return tuple(out)
+
+
 class Command:
     """One unit of backend work with the buffers it reads and writes.
 
@@ -44,21 +77,35 @@ class Command:
 
     def run(self, lane: "Lane") -> None:
         err = None
+        inherited = None
         for b in self.reads:
             if b.error is not None:
                 err = b.error
                 break
+            if b.checks is not None:  # pending device-side checks pass on to what is computed from it
+                inherited = _merge(inherited, b.checks)
         else:
+            found = lane.checks = []
             try:
                 self.fn(lane)
-                return
             except LaneflowError as e:
                 err = e
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes the op's error
                 err = ExecutionError(self.op, e)
                 err.__cause__ = e
+            finally:
+                lane.checks = None
+                for c in found:  # also after a failure: a kernel may have been launched
+                    c.bind(lane, self.seq)
+            if err is None:
+                if found:
+                    inherited = _merge(inherited, tuple(found))
+                for b in self.writes:
+                    b.checks = inherited  # a write replaces the contents: only these checks apply now
+                return
         for b in self.writes:
             b.error = err
+            b.checks = None
 
     def __repr__(self) -> str:
         return f"Command({self.op}#{self.seq})"
@@ -73,6 +120,8 @@ class Lane:
     """
 
     fence: Fence
+    #: While a command runs: where its kernels put their :class:`DeferredCheck` objects (``defer``).
+    checks: list | None = None
 
     def __init__(self, device: Any, stream_id: int, index: int):
         self.id = next(_lane_ids)
@@ -90,6 +139,15 @@ class Lane:
     def wait(self, point: Point) -> None:
         """Make later commands on this lane wait for ``point`` (never a host wait on the GPU)."""
         self._enqueue_wait(point)
+
+    def defer(self, check: DeferredCheck) -> bool:
+        """Attach a device-side check to the running command's outputs. False when no command is
+        running (a kernel being captured into a CUDA graph): the check cannot be reported."""
+        checks = self.checks
+        if checks is None:
+            return False
+        checks.append(check)
+        return True
 
     def pending(self) -> int:
         """Commands submitted but not yet known to be finished (the lane's load)."""

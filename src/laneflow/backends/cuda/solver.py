@@ -14,14 +14,12 @@ row-major order; solve with several right-hand sides, qr, eigh's vectors and svd
 transpose through the strided-copy kernel.
 
 Errors: numpy raises ``LinAlgError`` for a matrix that is not positive definite (cholesky), singular
-(solve, inv), or when eigh/svd do not converge. cuSOLVER reports that in ``devInfo`` on the device, so
-those commands copy their ``devInfo`` words to the host at the end and wait for the lane (one
-``cuMemcpyDtoHAsync`` into pageable memory plus ``cuStreamSynchronize``: the lane's queued work plus a
-few microseconds, during which the encoding thread is blocked). A failing matrix then raises
-:class:`lf.LinAlgError` at the eval that needs the result, exactly as on the CPU. qr cannot fail on
-data, so it never waits. A lazy check (a deferred error resolved at the host wait, inherited by
-dependent commands) would need a hook in the graph layer. Commands that wait cannot be captured into a
-CUDA graph; they say so, and the compiled plan runs without one.
+(solve, inv), or when eigh/svd do not converge. cuSOLVER reports that in ``devInfo`` on the device;
+a one-thread kernel copies the first failure into a check slot (:mod:`.checks`) and the command's
+outputs carry a deferred check, resolved at the host wait that needs them (also of values computed
+from them). So a failing matrix raises :class:`lf.LinAlgError` at that eval, as on the CPU, and the
+lane never waits. Inside a CUDA graph nobody would read the slot, so these commands refuse to be
+captured and the compiled plan replays its commands.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from ...errors import LaneflowError, LinAlgError
+from .checks import deferred
 from .driver import check
 from .handles import device_handles
 from .kernels.copy import strided_copy
@@ -133,27 +132,40 @@ class _Scratch:
         return self.entry.__exit__(*exc)
 
 
-def _fetch_info(lane, ptr: int, count: int) -> np.ndarray:
-    """Copy ``count`` devInfo words to the host once the lane reaches them (stream order)."""
-    host = np.zeros(count, np.int32)
-    if count:
-        check(cu.cuMemcpyDtoHAsync(host.ctypes.data, ptr, count * 4, lane.stream), "linalg devInfo (cuMemcpyDtoHAsync)")
-    return host
+def _build_scan():
+    src = ('extern "C" __global__ void lf_info_scan(const int* info, long long count, unsigned long long* slot) {\n'
+           "  if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
+           "    for (long long i = 0; i < count; ++i) {\n"
+           "      if (info[i] != 0) { slot[0] = 1ULL; slot[1] = (unsigned long long)i;"
+           " slot[2] = (unsigned long long)(long long)info[i]; return; }\n    }\n  }\n}\n")
+    return src, "lf_info_scan", "pqp"
 
 
-def _wait(lane) -> None:
-    check(cu.cuStreamSynchronize(lane.stream), "linalg devInfo (cuStreamSynchronize)")
+def _info_error(op: str, what: str, detail: str, i: int, v: int, count: int) -> LinAlgError:
+    """numpy's error for devInfo value ``v`` of matrix ``i`` of ``count``."""
+    where = f" (matrix {i} of the batch)" if count > 1 else ""
+    if v > 0:
+        return LinAlgError(f"{op}: {what}{where}: {detail.format(v)}")
+    return LinAlgError(f"{op}: cuSOLVER rejected argument {-v}")  # laneflow's bug, not the data
 
 
-def _raise_if_failed(op: str, info: np.ndarray, what: str, detail: str) -> None:
-    bad = np.flatnonzero(info > 0)
-    if bad.size:
-        i = int(bad[0])
-        where = f" (matrix {i} of the batch)" if info.size > 1 else ""
-        raise LinAlgError(f"{op}: {what}{where}: {detail.format(int(info[i]))}")
-    neg = np.flatnonzero(info < 0)
-    if neg.size:  # a wrong argument: laneflow's bug, not the user's data
-        raise LinAlgError(f"{op}: cuSOLVER rejected argument {-int(info[int(neg[0])])}")
+def _defer_info(lane, op: str, what: str, detail: str, ptr: int, count: int, prim=None) -> None:
+    """Check ``count`` devInfo words without waiting: a one-thread kernel copies the first nonzero one
+    (batch index and value) into a check slot, read at the host wait (:mod:`.checks`). A chunk of a
+    batch split over lanes (``ops/solvers.py``) names matrices by their index in the whole batch."""
+    if not count:
+        return
+    params = getattr(prim, "params", {})
+    first, total = params.get("first", 0), params.get("total", count)
+
+    def explain(words, op=op, what=what, detail=detail):
+        if not words[0]:
+            return None
+        return _info_error(op, what, detail, first + int(words[1]), int(np.int64(np.uint64(words[2]))), total)
+
+    slot = deferred(lane, explain)
+    k = lane.ctx.modules.get(("solver_info_scan",), _build_scan)
+    k.launch(lane.stream, (1, 1, 1), (32, 1, 1), (ptr, count, slot))
 
 
 # -- small kernels: zero a triangle, write identities --------------------------------------------
@@ -240,10 +252,7 @@ def cholesky(lane, lib: SolverLib, call: _Call, prim, a, out) -> None:
         for b in range(B):
             potrf(h, uplo, n, out.ptr + b * n * n * isz, n, work, lwork, info + 4 * b)
         _tri_zero(lane, out.ptr, dt, B, n, n, keep_upper=upper)
-        res = _fetch_info(lane, info, B)
-    _wait(lane)
-    _raise_if_failed("cholesky", res, "Matrix is not positive definite",
-                     "the leading minor of order {} is not positive")
+        _defer_info(lane, "cholesky", "Matrix is not positive definite", "the leading minor of order {} is not positive", info, B, prim)
 
 
 def _lu(lane, lib: SolverLib, dt, n: int, nmat: int, lu: int, ipiv: int, work: int, info: int, h) -> None:
@@ -269,9 +278,7 @@ def inv(lane, lib: SolverLib, call: _Call, prim, a, out) -> None:
         for b in range(B):
             getrs(h, lib.OP_N, n, n, lu + b * n * n * isz, n, ipiv + b * n * 4, out.ptr + b * n * n * isz, n,
                   info2 + 4 * b)
-        res = _fetch_info(lane, info, B)
-    _wait(lane)
-    _raise_if_failed("inv", res, "Singular matrix", "U[{0},{0}] is exactly zero (1-based)")
+        _defer_info(lane, "inv", "Singular matrix", "U[{0},{0}] is exactly zero (1-based)", info, B, prim)
 
 
 def solve(lane, lib: SolverLib, call: _Call, prim, a, bm, out) -> None:
@@ -302,11 +309,9 @@ def solve(lane, lib: SolverLib, call: _Call, prim, a, bm, out) -> None:
         for t in range(nout):
             j = int(amap[t])
             getrs(h, lib.OP_T, n, k, lu + j * n * n * isz, n, ipiv + j * n * 4, x + t * n * k * isz, n, info2)
-        res = _fetch_info(lane, info, na)
+        _defer_info(lane, "solve", "Singular matrix", "U[{0},{0}] is exactly zero (1-based)", info, na, prim)
     if k != 1:
         _transpose(lane, out.ptr, x, dt, nout, n, k)
-    _wait(lane)
-    _raise_if_failed("solve", res, "Singular matrix", "U[{0},{0}] is exactly zero (1-based)")
 
 
 def qr(lane, lib: SolverLib, call: _Call, prim, a, q, r) -> None:
@@ -351,9 +356,7 @@ def eigh(lane, lib: SolverLib, call: _Call, prim, a, w, v) -> None:
             syevd(h, lib.VECTOR, uplo, n, t + b * n * n * isz, n, w.ptr + b * n * isz, work, lwork, info + 4 * b)
         # column-major eigenvectors (columns) -> row-major v with v[:, i] the i-th eigenvector
         _transpose(lane, v.ptr, t, dt, B, n, n)
-        res = _fetch_info(lane, info, B)
-    _wait(lane)
-    _raise_if_failed("eigh", res, "Eigenvalues did not converge", "{} off-diagonal elements did not converge")
+        _defer_info(lane, "eigh", "Eigenvalues did not converge", "{} off-diagonal elements did not converge", info, B, prim)
 
 
 def svd(lane, lib: SolverLib, call: _Call, prim, a, outs) -> None:
@@ -403,12 +406,10 @@ def svd(lane, lib: SolverLib, call: _Call, prim, a, outs) -> None:
             gesvd(h, jobu, jobvt, rows, cols, t + b * rows * cols * isz, rows, s.ptr + b * k * isz,
                   ubuf + b * rows * ucols * isz if uv else 0, rows,
                   vtbuf + b * cols * cols * isz if uv else 0, cols, work, lwork, 0, info + 4 * b)
-        res = _fetch_info(lane, info, B)
+        _defer_info(lane, "svd", "SVD did not converge", "{} superdiagonals did not converge", info, B, prim)
     if uv and not wide:
         _transpose(lane, u.ptr, ubuf, dt, B, m, ucols)   # u = U (column-major m x ucols)
         _transpose(lane, vh.ptr, vtbuf, dt, B, n, n)     # vh = V^T (column-major n x n)
-    _wait(lane)
-    _raise_if_failed("svd", res, "SVD did not converge", "{} superdiagonals did not converge")
 
 
 def linalg(lane, prim, ins, outs) -> None:
@@ -417,8 +418,8 @@ def linalg(lane, prim, ins, outs) -> None:
         return
     name = prim.name
     if name != "qr" and getattr(lane.ctx.memory, "capture", None) is not None:
-        raise LaneflowError(f"{name}: checks cuSOLVER's devInfo on the host after the call, which a CUDA graph "
-                            "cannot do")
+        raise LaneflowError(f"{name}: reports cuSOLVER's devInfo at the host wait, which a CUDA graph "
+                            "replay cannot do")
     lib = _lib(lane.ctx)
     call = _Call(lane)
     try:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....errors import LaneflowError
+from ....errors import ExecutionError, LaneflowError
+from ..checks import SLOT_WORDS, deferred
 from . import cdefs as C
 from .copy import strided_copy
 from .launch import grid_1d
@@ -90,12 +91,12 @@ def _build_gather(scatter: bool, dt, idx_dts: tuple, bmap: tuple, nd: int, nb: i
     if scatter:
         sig.append("Dims vst")
         params += "D"
-    sig.append("long long n")
-    params += "q"
+    sig += ["long long n", "unsigned long long* err"]
+    params += "qp"
     lines = [f'extern "C" __global__ void __launch_bounds__(256) {name}({", ".join(sig)}) {{\n',
              "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"
              " i += (long long)blockDim.x * gridDim.x) {\n",
-             "    long long off = base, rem_ = i, voff = 0;\n"]
+             "    long long off = base, rem_ = i, voff = 0; int bad_ = 0;\n"]
     lines.append("    long long " + ", ".join(f"b{j} = 0" for j in range(max(nb, 1))) + ";\n")
     for d in range(nd - 1, -1, -1):
         lines.append(f"    {{ long long c_ = rem_ % oshape.v[{d}]; rem_ /= oshape.v[{d}]; off += c_ * coef.v[{d}];")
@@ -106,8 +107,15 @@ def _build_gather(scatter: bool, dt, idx_dts: tuple, bmap: tuple, nd: int, nb: i
         lines.append(" }\n")
     for k in range(len(idx_dts)):
         aoff = " + ".join(f"b{j} * ast{k}.v[{j}]" for j in range(nb)) or "0"
-        lines.append(f"    {{ long long v_ = (long long)ix{k}[{aoff}]; if (v_ < 0) v_ += lim{k};"
-                     f" if (v_ < 0) v_ = 0; if (v_ >= lim{k}) v_ = lim{k} - 1; off += v_ * ist{k}; }}\n")
+        # Out of range: record the first bad index in the check slot (read at the host wait) and skip
+        # the element; the command's outputs raise IndexError at the eval that needs them.
+        # Plain stores to pinned host memory (no system-scope atomics needed): a flag and a bad value
+        # per index array; racing threads all write bad values of the same array.
+        w = 2 * min(k, CHECK_ARRAYS - 1)
+        lines.append(f"    {{ long long r_ = (long long)ix{k}[{aoff}], v_ = r_; if (v_ < 0) v_ += lim{k};"
+                     f" if (v_ < 0 || v_ >= lim{k}) {{ err[{w}] = 1ULL; err[{w + 1}] = (unsigned long long)r_;"
+                     f" bad_ = 1; }} else off += v_ * ist{k}; }}\n")
+    lines.append("    if (bad_) continue;\n")
     if scatter:
         lines.append("    out[off] = in[voff];\n")
     else:
@@ -116,7 +124,31 @@ def _build_gather(scatter: bool, dt, idx_dts: tuple, bmap: tuple, nd: int, nb: i
     return "".join(lines), name, params
 
 
-def _launch_adv(lane, scatter: bool, out_ptr: int, in_ptr: int, dt, adv: _Advanced, vst: tuple | None) -> None:
+#: Index arrays with their own (flag, value) words in a check slot; later arrays share the last pair.
+CHECK_ARRAYS = SLOT_WORDS // 2
+
+
+def _index_error(op: str, adv: _Advanced):
+    lims = [lim for _, lim, _ in adv.arrays]
+
+    def explain(words):
+        for k in range(CHECK_ARRAYS):
+            if words[2 * k]:
+                break
+        else:
+            return None
+        bad = int(np.int64(np.uint64(words[2 * k + 1])))  # the index as the kernel read it (signed)
+        lim = lims[k] if len(lims) <= CHECK_ARRAYS or k < CHECK_ARRAYS - 1 else None
+        size = f"size {lim}" if lim is not None else "its size"
+        cause = IndexError(f"index {bad} is out of bounds for axis with {size}")
+        err = ExecutionError(op, cause)
+        err.__cause__ = cause
+        return err
+    return explain
+
+
+def _launch_adv(lane, op: str, scatter: bool, out_ptr: int, in_ptr: int, dt, adv: _Advanced,
+                vst: tuple | None) -> None:
     n = 1
     for s in adv.shape:
         n *= s
@@ -133,7 +165,7 @@ def _launch_adv(lane, scatter: bool, out_ptr: int, in_ptr: int, dt, adv: _Advanc
         args += [a.ptr, broadcast_strides(a.shape, adv.bshape), lim, ist]
     if scatter:
         args.append(vst)
-    args.append(n)
+    args += [n, deferred(lane, _index_error(op, adv))]
     kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), tuple(args))
 
 
@@ -147,7 +179,7 @@ def getitem(lane, prim, ins, outs) -> None:
         return
     adv = _Advanced(src.shape, entries, ins[1:])
     _check_bounds("getitem", adv.arrays)
-    _launch_adv(lane, False, out.ptr, src.ptr, src.dtype, adv, None)
+    _launch_adv(lane, "getitem", False, out.ptr, src.ptr, src.dtype, adv, None)
 
 
 def setitem(lane, prim, ins, outs) -> None:
@@ -162,7 +194,7 @@ def setitem(lane, prim, ins, outs) -> None:
         return
     adv = _Advanced(out.shape, entries, ins[2:])
     _check_bounds("setitem", adv.arrays)
-    _launch_adv(lane, True, out.ptr, value.ptr, out.dtype, adv, broadcast_strides(value.shape, adv.shape))
+    _launch_adv(lane, "setitem", True, out.ptr, value.ptr, out.dtype, adv, broadcast_strides(value.shape, adv.shape))
 
 
 def take(lane, prim, ins, outs) -> None:
@@ -173,4 +205,4 @@ def take(lane, prim, ins, outs) -> None:
         shape, entries = src.shape, (slice(None),) * prim.axis + (("array", 0),)
     adv = _Advanced(shape, entries, [idx])
     _check_bounds("take", adv.arrays)
-    _launch_adv(lane, False, out.ptr, src.ptr, src.dtype, adv, None)
+    _launch_adv(lane, "take", False, out.ptr, src.ptr, src.dtype, adv, None)
