@@ -170,3 +170,20 @@ def test_a_batch_is_spread_over_lanes_with_the_same_values(device, rng, op):
             np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-12, atol=1e-12)
     one.close()
     four.close()
+
+
+def test_a_split_batch_runs_on_the_stream_given_not_the_current_one(rng):
+    a = rng.standard_normal((4, 5, 5))
+    a = a @ np.swapaxes(a, -1, -2) + 5 * np.eye(5)
+    target, current = lf.new_stream(lf.cpu, lanes=3), lf.new_stream(lf.cpu, lanes=1)
+    with lf.stream(current):
+        x = lf.array(a, stream=target)
+        lf.eval(x)
+        lf.reset_stats()
+        c = lf.linalg.cholesky(x, stream=target)
+        lf.eval(c)
+    names = [n for n, k in lf.stats()["per_lane"].items() if k]
+    assert names and all(f"/s{target.id}." in n for n in names), names
+    np.testing.assert_array_equal(np.asarray(c), np.linalg.cholesky(a))
+    target.close()
+    current.close()

@@ -74,6 +74,7 @@ def _factor(name: str, params: dict, inputs: tuple, specs: list, st, split: tupl
         if single:
             return node(prim, inputs, specs[0][0], specs[0][1], st)
         return _multi(prim, inputs, specs, st)
+    from .index import getitem
     from .shape import concatenate
 
     k = min(lanes, b0)
@@ -83,7 +84,8 @@ def _factor(name: str, params: dict, inputs: tuple, specs: list, st, split: tupl
         per *= s
     parts = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        ins = tuple(Array._wrap(d)[lo:hi]._data if cut else d for d, cut in zip(inputs, split))
+        ins = tuple(getitem(Array._wrap(d), slice(lo, hi), stream=st)._data if cut else d
+                    for d, cut in zip(inputs, split))
         pspecs = [((hi - lo,) + shape[1:], dtype) for shape, dtype in specs]
         prim = Factorization(name, **params, first=lo * per, total=b0 * per)
         if single:

@@ -37,6 +37,8 @@ class LanePolicy:
 
 class GreedyPolicy(LanePolicy):
     """The single producer's lane when there is exactly one (no wait needed), else the least-loaded lane.
+    A producer counts only while it is the last command of its lane, so the consumers of one value
+    (fan-out) continue its lane once and otherwise spread over the least-loaded lanes.
 
     Ties between equally loaded lanes rotate, so bursts of independent commands spread out.
     """
@@ -131,7 +133,9 @@ class CommandEncoder:
                 old = deps.get(wl)
                 if old is None:
                     deps[wl] = w
-                    if wl.stream_id == sid:
+                    # a producer whose lane has moved on (fan-out: an earlier consumer continued there)
+                    # does not pull this command onto its lane: independent consumers spread out
+                    if wl.stream_id == sid and w.seq == wl.submitted:
                         producers.append(wl)
                 else:  # keep only the latest point per lane: the earlier one is implied
                     if dups is None:
