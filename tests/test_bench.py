@@ -121,3 +121,12 @@ def test_table_lists_every_row_and_skips_in_a_footnote():
     text = buf.getvalue()
     assert "laneflow eager" in text and "other" in text
     assert "skipped: torch (PyTorch not installed)" in text
+
+
+def test_replay_suite_times_host_cost_per_compiled_call_and_checks_results():
+    from laneflow.bench.harness import SUITES
+
+    ctx = Context(device=lf.cpu, peers=[], repeat=3, quick=True, lanes=2)
+    results = SUITES["replay"].run(ctx)
+    assert len(results) == 2 and all(r.status == "ok" and r.matches for r in results), results
+    assert all(r.extra["host_us_per_node"] > 0 and r.extra["mode"] == "commands" for r in results)
