@@ -124,6 +124,7 @@ def test_table_lists_every_row_and_skips_in_a_footnote():
 
 
 def test_replay_suite_times_host_cost_per_compiled_call_and_checks_results():
+    import laneflow.bench.suites  # noqa: F401 - registers the suites
     from laneflow.bench.harness import SUITES
 
     ctx = Context(device=lf.cpu, peers=[], repeat=3, quick=True, lanes=2)
