@@ -106,7 +106,7 @@ class _FakeCublas:
 
 
 def install() -> None:
-    """Patch laneflow's CUDA modules (import them first) to use the fake driver and libraries."""
+    """Patch laneflow's CUDA modules to use the fake driver and libraries (before any GPU use)."""
     import importlib
     import pkgutil
 
