@@ -49,6 +49,33 @@ def test_replay_submits_only_the_recorded_commands(device, rng):
         assert lf.stats()["commands"] == (1 if device.type == "gpu" else 4), (lf.stats(), f.stats())
 
 
+def test_a_failed_call_does_not_poison_later_calls(device, rng):
+    """The plan's memory regions are the same buffers every call: an error one call left in them
+    must not be raised by the next good call."""
+    with lf.stream(device):
+        f = lf.compile(lambda x: lf.exp(x * 2.0) + 1.0)
+        good = rng.standard_normal((3, 3))
+        for _ in range(2):
+            np.testing.assert_allclose(np.asarray(f(lf.array(good))), np.exp(good * 2.0) + 1.0, rtol=1e-12)
+        bad = lf.linalg.inv(lf.array(np.ones((3, 3))))   # singular: an error at run time
+        with pytest.raises(lf.LinAlgError):
+            lf.eval(f(bad))
+        for _ in range(2):
+            np.testing.assert_allclose(np.asarray(f(lf.array(good))), np.exp(good * 2.0) + 1.0, rtol=1e-12)
+
+
+def test_calling_on_a_closed_stream_is_refused(device, rng):
+    s = lf.new_stream(device, lanes=2)
+    f = lf.compile(lambda x: x + 1.0)
+    with lf.stream(s):
+        x = lf.array(rng.standard_normal(4))
+        f(x)
+        f(x)              # on the GPU: the CUDA graph
+        s.close()         # while it is still the current stream
+        with pytest.raises(lf.CompileError, match="closed"):
+            f(x)
+
+
 def test_new_signature_traces_again(device, rng):
     with lf.stream(device):
         f = lf.compile(lambda x, k: x * k)

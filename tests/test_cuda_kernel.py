@@ -52,7 +52,7 @@ def test_calling_a_cuda_kernel_on_the_cpu_names_the_kernel_and_asks_for_the_gpu(
         k(x, x, out_like=x, grid=1, block=4, scalars=(4, 1.0), stream=lf.cpu)
 
 
-@pytest.mark.parametrize("bad", ["float", "int", "half", "complex64"])
+@pytest.mark.parametrize("bad", ["float", "int", "half", "complex64", float, int, object(), "nonsense"])
 def test_scalar_types_must_be_sized_names(bad):
     with pytest.raises(TypeError, match="scalar type"):
         lf.cuda.kernel(AXPY, "axpy", num_inputs=2, scalars=("int64", bad))

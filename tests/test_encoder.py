@@ -191,6 +191,28 @@ def test_encoder_chooses_the_producer_lane_so_chains_stay_on_one_lane():
     assert STATS.waits_emitted == 0
 
 
+@pytest.mark.parametrize("tail_first", [True, False])
+def test_a_producer_counts_when_its_latest_read_is_its_lanes_last_command(tail_first):
+    """c = a + b with a and b from one lane, b its last command: c continues there with no wait,
+    whichever input is read first."""
+    enc, lanes = make(3)
+    a, b, c = buf(), buf(), buf()
+    run(enc, lanes[1], writes=[a])
+    run(enc, lanes[1], writes=[b])
+    run(enc, lanes[2], writes=[buf()])             # another lane is busier than lane 0
+    p = enc.encode("add", lambda lane: None, [b, a] if tail_first else [a, b], [c])
+    assert p.lane is lanes[1] and STATS.waits_emitted == 0
+
+
+def test_fan_out_of_one_producer_spreads_over_lanes():
+    """Consumers of one value: the first continues the producer's lane, the others go elsewhere."""
+    enc, lanes = make(4)
+    x = buf()
+    p = enc.encode("produce", lambda lane: None, [], [x])
+    placed = [enc.encode("use", lambda lane: None, [x], [buf()]).lane for _ in range(4)]
+    assert placed[0] is p.lane and len({id(lane) for lane in placed}) >= 3, [ln.index for ln in placed]
+
+
 def test_stats_count_commands_per_lane():
     enc, (l0, l1, _) = make(stream_id=4242)
     run(enc, l0, writes=[buf()])

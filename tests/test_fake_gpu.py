@@ -71,6 +71,34 @@ with lf.stream(s):
     gc.collect()
     lf.eval(lf.ones(3) + 1.0)                # the next command runs the dropped graph's teardown
 
+    # host reads of compiled outputs (a loss printed every step) copy: nothing is pinned or recaptured
+    h = lf.compile(lambda x: (x * 3.0).sum())
+    losses = []
+    for _ in range(8):
+        loss = h(x0)
+        losses.append(loss)
+        float(np.asarray(loss))
+    st = h.stats()[0]
+    assert st["captures"] <= 2 and not any(l._data.buffer.exported for l in losses), st
+
+    # an output of one compiled function, used in place by another's graph, then moved
+    g = lf.compile(lambda x: x + 1.0)
+    k = lf.compile(lambda y, w: y @ w)
+    g(x0)
+    y = g(x0)
+    k(y, w)
+    k(y, w)                                  # k's graph reads y where it is
+    keep = [g(x0) for _ in range(3)]         # y's region is reused: y moves to memory of its own
+    assert y[0]._data.buffer.data.owner is None if isinstance(y, list) else y._data.buffer.data.owner is None
+    k(y, w)
+    assert k.stats()[0]["staged_args"] == [0], k.stats()   # k noticed the move and copies y in
+    del keep
+
+    # a host (numpy) DLPack producer imported onto a GPU stream: uploaded, not a broken GPU array
+    gpu_from_host = lf.from_dlpack(np.arange(4.0), stream=s)
+    assert gpu_from_host.device.type == "gpu"
+    lf.eval(gpu_from_host + 1.0)
+
     # deferred checks: the 'device' writes a bad index into the slot, eval raises IndexError
     from laneflow.backends.cuda import checks
     xs = lf.array(np.arange(10.0))

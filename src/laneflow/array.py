@@ -98,9 +98,18 @@ class Array:
             if d.buffer is None:
                 _sched.schedule((d,))
             buf = d.buffer
-            buf.exported = True  # never reused in place from now on
-        _sched.wait(d)
-        return d.stream.backend.to_host(buf, d.shape, d.dtype)
+            backend = d.stream.backend
+            if backend.host_view:
+                buf.exported = True  # the host holds a view: never reused in place from now on
+            else:
+                d.arrays += 1  # a binding of our own while we copy: no in-place reuse meanwhile
+        try:
+            _sched.wait(d)
+            return backend.to_host(buf, d.shape, d.dtype)
+        finally:
+            if not backend.host_view:
+                with _sched.LOCK:
+                    d.arrays -= 1
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """The values for numpy: a read-only view (``copy=None``/``False``), or a private copy (``copy=True``)."""

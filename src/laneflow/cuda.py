@@ -65,7 +65,15 @@ _SCALARS = {"bool": ("?", _np.bool_), "int8": ("b", _np.int8), "uint8": ("B", _n
 
 
 def _scalar_type(t, kname: str) -> str:
-    name = t if isinstance(t, str) else getattr(_np.dtype(t) if not isinstance(t, str) else None, "name", None)
+    if isinstance(t, str):
+        name = t
+    elif isinstance(t, type) and not issubclass(t, _np.generic):
+        name = None  # Python's float and int: sizes C and numpy disagree on; spell them out
+    else:
+        try:
+            name = _np.dtype(t).name
+        except TypeError:
+            name = None
     if name not in _SCALARS:
         raise TypeError(f"cuda.kernel {kname}: scalar type {t!r} is not one of {', '.join(_SCALARS)} "
                         "(sized names: the C type of int64 is long long, of float32 float)")

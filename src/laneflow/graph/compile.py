@@ -185,7 +185,9 @@ def _build(t: Any, it: Any) -> Any:
     if tag is dict:
         return {k: _build(v, it) for k, v in t[1]}
     parts = [next(it) if v is _LEAF else _build(v, it) for v in t[1]]
-    return parts if tag is list else tag(parts)
+    if tag is list:
+        return parts
+    return tag(*parts) if hasattr(tag, "_fields") else tag(parts)  # a namedtuple takes fields
 
 
 class CompiledFunction:
@@ -368,6 +370,9 @@ def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
     Array = _imports()[0]
 
     with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
+        if stream._closed:
+            raise CompileError(f"compile: the current stream {stream} was closed; call the function on an open "
+                               "stream")
         datas = [a._data for a in leaves]
         _sched.schedule([d for d in datas if d.buffer is None])
         slots: list = [None] * plan.n_slots
@@ -382,9 +387,9 @@ def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
                     for slot, buf in got.items():
                         slots[slot] = buf
             except Exception as e:  # noqa: BLE001 - capture failed: replay the commands from now on
+                plan.unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
                 if _GRAPH_MODE == "strict":
                     raise
-                plan.unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
                 unit = False
         if unit:
             pass

@@ -138,13 +138,17 @@ def _finish(outs, bufs) -> None:
 def resolve_checks(buf) -> LaneflowError | None:
     """After the buffer's writer finished: the first failure its deferred checks report (kept as the
     buffer's error, so later evals raise it without reading again), or None (the checks are dropped)."""
+    checks = buf.checks  # one snapshot: another thread may resolve and clear them meanwhile
+    if checks is None:
+        return buf.error
     err = None
-    for c in buf.checks:
+    for c in checks:
         err = c.error()
         if err is not None:
             buf.error = err
             break
-    buf.checks = None
+    if buf.checks is checks:
+        buf.checks = None
     return err
 
 

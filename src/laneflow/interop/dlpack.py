@@ -3,8 +3,9 @@ never writes it in place afterwards.
 
 ``lf.from_dlpack(t)`` shares ``t``'s memory and sees later writes the producer makes to it (that is
 the DLPack contract); copy with ``lf.array(t)`` to get a value. An export shares laneflow's memory
-read-only with a versioned (DLPack >= 1.0) consumer; a legacy consumer, which cannot be told the
-memory is read-only, gets a private copy, so no consumer can write into a laneflow value.
+read-only with a versioned (DLPack >= 1.0) consumer. On the CPU a legacy consumer, which cannot be told
+the memory is read-only, gets a private copy; on the GPU it shares the memory too (JAX needs that;
+copying every export would cost memory and bandwidth), and must not write it.
 
 GPU arrays export zero-copy (device type kDLCUDA = 2) and import CUDA producers zero-copy, stream-correct
 per the DLPack spec; objects with only ``__cuda_array_interface__`` (v3) import too. See :mod:`.gpu`.
@@ -86,6 +87,10 @@ def from_dlpack(obj: Any, *, stream: Any = None):
     if not host.flags.c_contiguous:
         host = np.ascontiguousarray(host)
     st = stream_of(stream if stream is not None else "cpu", "from_dlpack")
+    if st.device.type != "cpu":  # host memory for a GPU stream: one copy there (not zero-copy)
+        from ..ops.creation import array
+
+        return array(host, dtype=dtype, stream=st)
     from ..runtime.buffer import Buffer
 
     d = ArrayData(host.shape, dtype, st, None)

@@ -154,6 +154,10 @@ def _evaluated_buffer(x, op: str, copy: bool):
         _sched.schedule((d,))
     buf = d.buffer
     buf.exported = True  # never reused in place from now on
+    if buf.error is None and buf.checks is not None:
+        # a failure only the device can report (an index computed out of range): the consumer would
+        # get unwritten elements, so wait for the value here and raise as an eval would
+        _sched.wait(d)
     if buf.error is not None:
         raise buf.error.with_traceback(None)
     return buf, d.shape, d.dtype
@@ -176,8 +180,30 @@ def export_dlpack(x, *, stream: Any, max_version: Any, copy: bool | None):
     # A legacy (unversioned) consumer cannot be told the memory is read-only; it shares it anyway:
     # a device copy per export would cost memory and bandwidth, and GPU consumers that may write
     # (PyTorch, CuPy) ask for versioned capsules. laneflow itself never writes exported memory.
-    return _cap.make_capsule(buf.data.ptr, shape, dtype, (_cap.KDL_CUDA, x.device.index), buf,
-                             versioned=versioned, read_only=not copy, copied=bool(copy))
+    return _cap.make_capsule(buf.data.ptr, shape, dtype, (_cap.KDL_CUDA, x.device.index),
+                             _ExportHold(buf, ctx, handle), versioned=versioned, read_only=not copy,
+                             copied=bool(copy))
+
+
+class _ExportHold:
+    """What a capsule keeps alive: the buffer, until the consumer's deleter runs. Consumers call the
+    deleter when *they* drop the memory, possibly with their kernels still queued on the stream they
+    passed to ``__dlpack__``; that stream is synchronised first, so laneflow never frees or reuses the
+    memory under them."""
+
+    __slots__ = ("buf", "ctx", "handle")
+
+    def __init__(self, buf, ctx, handle):
+        self.buf, self.ctx, self.handle = buf, ctx, handle
+
+    def __del__(self) -> None:
+        if self.handle is not None:
+            try:
+                cu = _cu()
+                self.ctx.ensure_current()
+                cu.cuStreamSynchronize(cu.CUstream(self.handle))
+            except Exception:  # noqa: BLE001 - a consumer stream already destroyed: nothing queued on it
+                pass
 
 
 _pins: dict[int, tuple] = {}  # id(Array) -> (weakref, [buffers exported through the interface])
@@ -217,7 +243,10 @@ def cuda_array_interface(x) -> dict:
         w = buf.writer
         stream = None
         if w is not None and isinstance(w.lane, CudaLane) and w.lane.fence.event_for(w.seq) is not None:
-            stream = int(w.lane.handle)  # the consumer synchronises on the writer's lane
+            if w.lane.closed or w.lane.closing:  # its stream goes away: a consumer must not keep the handle
+                w.lane.host_wait(w.seq)
+            else:
+                stream = int(w.lane.handle)  # the consumer synchronises on the writer's lane
     return {"shape": tuple(shape), "typestr": dtype.str, "descr": [("", dtype.str)],
             "data": (int(buf.data.ptr), False), "strides": None, "version": 3, "stream": stream}
 
@@ -252,7 +281,7 @@ def _wrap(st, lane, ptr: int, shape: tuple, strides, dtype: np.dtype, foreign: _
     """An Array over foreign memory (zero-copy when compact, else a strided copy on ``lane``)."""
     from ..array import Array
     from ..backends.cuda.kernels.plan import contiguous_strides
-    from ..backends.cuda.memory import DeviceArray
+    from ..backends.cuda.memory import DeviceArray, ViewArray
     from ..graph.node import ArrayData
     from ..runtime.buffer import Buffer
 
@@ -264,9 +293,9 @@ def _wrap(st, lane, ptr: int, shape: tuple, strides, dtype: np.dtype, foreign: _
         if before is not None:
             before(lane)
 
-    if compact:
-        h = DeviceArray(ctx, shape, dtype)
-        h.ptr = int(ptr)
+    # cuBLASLt and our kernels assume 256-byte aligned operands: a tensor at an odd offset is copied
+    if compact and int(ptr) % 256 == 0:
+        h = ViewArray(ctx, shape, dtype, int(ptr))  # never caches a host copy: the producer may write
         buf = Buffer(st.device, h.nbytes, h, foreign.on_buffer_death)
         buf.exported = True  # imported memory is a read-only input: never donated, never written
         st.encoder.encode(op, enqueue_before, (), (buf,), lane=lane)

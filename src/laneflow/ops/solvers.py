@@ -6,9 +6,11 @@ refused (numpy and cuSOLVER have no half-precision factorizations). A matrix the
 eval that needs the result, as numpy raises ``LinAlgError``.
 
 On a stream with several lanes, a batch (leading dimension of at least 2) is split into one command
-per lane (at most one chunk per lane, along the first batch axis) whose results are concatenated: the
-chunks run at the same time. Each matrix is factored by the same routine either way, so the values are
-the same as unsplit.
+per lane (at most one chunk per lane, along the first batch axis) whose results are concatenated.
+Each matrix is factored by the same routine either way, so the values are the same as unsplit. On the
+GPU the chunks overlap fully under the ``stream`` handle policy (a cuSOLVER handle per lane); under the
+default ``device`` policy the cuSOLVER calls that share the one handle are ordered on the GPU (the
+handle has internal state no lane can own), while the copies around them still overlap.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ class Backend:
 
     name: str = "?"
     default_lanes: int = 1
+    #: True when ``to_host`` returns a view of the buffer's memory (the CPU): a value read on the host
+    #: is then never reused in place. False when it returns a copy (the GPU).
+    host_view: bool = True
 
     def check_device(self, device: Any) -> None:
         """Raise ValueError when ``device`` (e.g. gpu index 3) does not exist on this machine."""

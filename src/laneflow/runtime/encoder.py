@@ -133,16 +133,18 @@ class CommandEncoder:
                 old = deps.get(wl)
                 if old is None:
                     deps[wl] = w
-                    # a producer whose lane has moved on (fan-out: an earlier consumer continued there)
-                    # does not pull this command onto its lane: independent consumers spread out
-                    if wl.stream_id == sid and w.seq == wl.submitted:
-                        producers.append(wl)
                 else:  # keep only the latest point per lane: the earlier one is implied
                     if dups is None:
                         dups = {}
                     dups[wl] = dups.get(wl, 0) + 1
                     if w.seq > old.seq:
                         deps[wl] = w
+        # Producers: lanes whose latest read dependency is still their last command. One whose lane
+        # has moved on (fan-out: an earlier consumer continued there) does not pull this command onto
+        # its lane, so independent consumers spread out.
+        for wl, w in deps.items():
+            if wl.stream_id == sid and w.seq == wl.submitted:
+                producers.append(wl)
         for b in writes:
             w = b.writer
             if w is None and not b.readers:

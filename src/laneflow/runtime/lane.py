@@ -9,12 +9,14 @@ which is what makes implied waits visible to the encoder.
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any, Callable, Sequence
 
 from ..errors import ExecutionError, LaneflowError
 from .fence import Fence
 
 _lane_ids = itertools.count(1)
+_RESOLVE = threading.Lock()
 
 
 class Point:
@@ -42,10 +44,12 @@ class DeferredCheck:
         self._error = None
 
     def error(self) -> LaneflowError | None:
-        read = self._read
-        if read is not None:
-            self._read = None
-            self._error = read()
+        if self._read is not None:
+            with _RESOLVE:  # two threads evaluating one value: one reads, both see its answer
+                read = self._read
+                if read is not None:
+                    self._error = read()
+                    self._read = None
         return self._error
 
     def bind(self, lane: "Lane", seq: int) -> None:
@@ -102,6 +106,8 @@ class Command:
                     inherited = _merge(inherited, tuple(found))
                 for b in self.writes:
                     b.checks = inherited  # a write replaces the contents: only these checks apply now
+                    if b.error is not None:
+                        b.error = None     # a buffer rewritten (a compiled plan's region) is good again
                 return
         for b in self.writes:
             b.error = err

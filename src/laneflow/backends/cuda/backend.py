@@ -17,11 +17,12 @@ from .hostsync import HostSignals
 from .kernels import KERNELS
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
-from .memory import DeviceArray, Memory
+from .memory import DeviceArray, Memory, ViewArray
 
 
 class CUDABackend(Backend):
     name = "gpu"
+    host_view = False  # to_host copies: a host read does not pin the buffer
     #: Lanes of a GPU stream when ``lanes=`` is not given. Four lets independent kernels and library
     #: calls overlap while the per-command host cost (one launch plus one event record) stays small.
     #: Not yet tuned by measurement (see docs/cuda-notes.md).
@@ -76,8 +77,6 @@ class CUDABackend(Backend):
 
     def view(self, region: Buffer, shape: tuple, dtype: np.dtype):
         """A kernel's view of a region as an array of ``shape`` and ``dtype`` (never caches host data)."""
-        from .graph import ViewArray
-
         return ViewArray(region.data.ctx, shape, np.dtype(dtype), region.data.ptr)
 
     def graph_plan(self, plan: Any, stream: Any):

@@ -9,7 +9,8 @@ wait that needs a value computed from them, after the command has finished. The 
 
 A slot returns to the pool once its check object is gone *and* its command is known finished (the
 GPU may still write to it before that). Inside a CUDA graph (``lf.compile``) no command is running
-while kernels are captured: index kernels then get a scratch slot nobody reads, and keep clamping.
+while kernels are captured and nobody would read a slot: a kernel that needs one refuses capture, so
+the plan replays its commands (index arrays the host can see are checked there and need no slot).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Callable
 import numpy as np
 from cuda.bindings import driver as cu
 
+from ...errors import LaneflowError
 from ...runtime.lane import DeferredCheck
 from .driver import DeviceContext, check
 
@@ -45,13 +47,12 @@ class CheckSlots:
         """A zeroed slot (index into the pages)."""
         with self._lock:
             if not self._free and self._retiring:
-                still = []
-                for slot, lane, seq in self._retiring:
+                retiring, self._retiring = self._retiring, []  # a give_back from GC meanwhile lands in the new list
+                for slot, lane, seq in retiring:
                     if lane is None or lane.fence.known(seq) or lane.fence.value >= seq:
                         self._free.append(slot)
                     else:
-                        still.append((slot, lane, seq))
-                self._retiring = still
+                        self._retiring.append((slot, lane, seq))
             if not self._free:
                 self._new_page()
             slot = self._free.pop()
@@ -117,12 +118,14 @@ def slots_of(ctx: DeviceContext) -> CheckSlots:
     return s
 
 
-def deferred(lane, explain: Callable) -> int:
+def deferred(lane, explain: Callable, op: str = "kernel") -> int:
     """A slot for the running command's kernel on ``lane`` (device address), checked at the host wait
-    by ``explain(words) -> error | None``; inside a CUDA-graph capture, the unread scratch slot."""
+    by ``explain(words) -> error | None``. Inside a CUDA-graph capture nobody would read it: refused,
+    so the compiled plan replays its commands and the failure is still reported."""
     slots = slots_of(lane.ctx)
     if lane.checks is None:
-        return slots.scratch_ptr()
+        raise LaneflowError(f"{op}: checks its indices on the device and reports at the host wait, which a "
+                            "CUDA graph replay cannot do")
     slot = slots.take()
     lane.defer(SlotCheck(slots, slot, explain))
     return slots.device_ptr(slot)

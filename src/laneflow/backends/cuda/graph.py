@@ -36,7 +36,7 @@ from cuda.bindings import driver as cu
 from ...runtime.buffer import Buffer
 from .driver import check
 from .lanes import CudaLane
-from .memory import DeviceArray
+from .memory import DeviceArray, ViewArray
 
 #: Most parallel branches a captured graph gets (capture streams per plan). Measured on an H200
 #: (tools/graph_probe.py, 32 independent 16x4096 @ 4096x1024 bf16 GEMMs, device time per launch):
@@ -55,25 +55,6 @@ _RELAXED = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 
 class CaptureUnsupported(Exception):
     """This plan cannot become a CUDA graph; the caller replays its commands instead."""
-
-
-class ViewArray(DeviceArray):
-    """A kernel's view of memory owned by something else (a region, an argument). Never caches a host
-    copy: the memory behind it changes from call to call."""
-
-    __slots__ = ()
-
-    def __init__(self, ctx, shape: tuple, dtype, ptr: int):
-        super().__init__(ctx, shape, dtype)
-        self.ptr = ptr
-
-    @property  # type: ignore[override]
-    def host(self):
-        return None
-
-    @host.setter
-    def host(self, value) -> None:
-        pass
 
 
 class OutArray(DeviceArray):
@@ -143,13 +124,14 @@ class GraphPlan:
         # Arguments whose values some kernel validates on the host when it can see them (index bounds,
         # integer powers): a call passing such a value with a host copy runs as commands, so it raises
         # exactly as eager does; the graph has no host to check with.
-        self.host_checked = sorted({v for prim, _, srcs, _, _ in steps for kind, v in srcs
-                                    if kind == "arg" and _validates_on_host(prim)})
+        self.host_checked = sorted({v for prim, _, srcs, _, _ in steps for pos, (kind, v) in enumerate(srcs)
+                                    if kind == "arg" and _validated_on_host(prim, pos)})
         self.consts = []  # captured values the graph reads: ordered after their (one-time) writers
         for _, _, srcs, _, _ in steps:
             for kind, v in srcs:
                 if kind == "const" and not any(v.buffer is c for c in self.consts):
                     self.consts.append(v.buffer)
+        self.const_ptrs = [c.data.ptr for c in self.consts]
         self.branch_of, self.branches = _assign_branches(deps, MAX_BRANCHES)
         self.signals = set()  # steps another branch waits for
         for j, ds in enumerate(deps):
@@ -185,6 +167,7 @@ class GraphPlan:
         self.sets: list[_OutSet] = []
         # -- arguments ---------------------------------------------------------------------------
         self.bound: list[Buffer | None] = []      # direct arguments: the buffer the graph reads
+        self.bound_ptrs: list[int] = []           # ... at this address
         self.staged: dict[int, Buffer] = {}       # staged arguments: their staging buffer
         self.arg_nbytes: list[int] = []
         self.lanes: list = []
@@ -219,18 +202,27 @@ class GraphPlan:
             self.arg_nbytes = [b.nbytes for b in bufs]
             self.arg_specs = [(d.shape, d.dtype) for d in datas]
             self.bound = list(bufs)
+            self.bound_ptrs = [b.data.ptr for b in bufs]
         bound = self.bound
+        ptrs = self.bound_ptrs
         for i, b in enumerate(bufs):
             old = bound[i]
-            if old is not None and b is not old:
+            # a different buffer, or the same one moved (a kept output of another compiled function)
+            if old is not None and (b is not old or b.data.ptr != ptrs[i]):
                 if self.arg_nbytes[i] <= STAGE_LIMIT:
                     self.staged[i] = self.backend.allocate_region(self.device, self.arg_nbytes[i], "compile input")
                     bound[i] = None
                     self._static_writes = None
                 else:
                     bound[i] = b
+                    ptrs[i] = b.data.ptr
                 for o in self.sets:
                     o.stale = True
+        cptrs = [c.data.ptr for c in self.consts]
+        if cptrs != self.const_ptrs:  # a captured value moved: every graph reads it at its old address
+            self.const_ptrs = cptrs
+            for o in self.sets:
+                o.stale = True
         o = self._choose_set(stream)
         if o.exec is None or o.stale:
             self._capture(o)
@@ -292,13 +284,7 @@ class GraphPlan:
 
     def _launch(self, o: _OutSet, stream, bufs: list) -> dict:
         region = o.region
-        dead = o.dead
-        while dead:  # readers of dropped outputs: the next write of the region waits for them
-            readers = region.readers
-            for p in dead.popleft():
-                cur = readers.get(p.lane)
-                if cur is None or cur.seq < p.seq:
-                    readers[p.lane] = p
+        o.drain()  # readers of dropped outputs: this write of the region waits for them
         lane = stream.lanes[0]
         o.lane = lane
         ctx = self.ctx
@@ -445,6 +431,9 @@ class GraphPlan:
             if o.exec is None:
                 o.exec = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
                 check(cu.cuGraphUpload(o.exec, s0), "cuGraphUpload")
+        except BaseException:
+            self._free_temps(temps)
+            raise
         finally:
             cu.cuGraphDestroy(graph)
         self.captures += 1
@@ -544,10 +533,28 @@ class _OutSet:
 
     def new_region(self) -> None:
         """Fresh memory for this set's outputs (the old region stays with the outputs that hold it)."""
+        if self.region is not None:
+            self.drain()  # the old region's free waits for readers of outputs dropped so far
         self.region = self.backend.allocate_region(self.device, self.nbytes, "compiled outputs")
         self.live = set()
         self.dead = collections.deque()
         self.stale = True
+
+    def drain(self) -> None:
+        """Readers of dropped outputs become readers of the region: its next write (or its free)
+        waits for them."""
+        dead, readers = self.dead, self.region.readers
+        while dead:
+            for p in dead.popleft():
+                cur = readers.get(p.lane)
+                if cur is None or cur.seq < p.seq:
+                    readers[p.lane] = p
+
+    def __del__(self) -> None:
+        try:
+            self.drain()  # before the region is released (Memory.release reads its readers)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 def _prewarm_libraries(ctx, lanes) -> None:
@@ -591,8 +598,18 @@ def _assign_branches(deps: list[list[int]], limit: int) -> tuple[list[int], int]
     return branch_of, max(1, len(tails))
 
 
-def _validates_on_host(prim) -> bool:
-    return prim.kind in ("getitem", "setitem", "take") or getattr(prim, "fn", None) == "power"
+def _validated_on_host(prim, pos: int) -> bool:
+    """Whether input ``pos`` of ``prim`` is a value a kernel checks on the host when it can see it:
+    index arrays (after the data, and the value for setitem) and an integer power's exponent."""
+    kind = prim.kind
+    if kind in ("getitem", "take"):
+        return pos >= 1
+    if kind == "setitem":
+        return pos >= 2
+    if getattr(prim, "fn", None) == "power":
+        ops = getattr(prim, "operands", ())
+        return len(ops) > 1 and ops[1] == pos
+    return False
 
 
 def _nbytes(spec) -> int:

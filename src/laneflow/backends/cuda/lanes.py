@@ -25,6 +25,7 @@ from cuda.bindings import driver as cu
 from ...errors import LaneflowError
 from ...runtime import delays, tracing
 from ...runtime.lane import Command, Lane, Point
+from ...interop import gpu as _interop
 from .driver import NOT_READY, DeviceContext, check, fail
 
 _DISABLE_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
@@ -174,6 +175,7 @@ class CudaLane(Lane):
         self.handle = int(self.stream)  # for library calls that take a raw stream
         self.fence = EventFence(ctx, ctx.events)
         self.closed = False
+        self.closing = False  # close() was called: the stream is destroyed at the next safe point
 
     def _enqueue(self, cmd: Command) -> None:
         ctx = self.ctx
@@ -181,6 +183,8 @@ class CudaLane(Lane):
         mem = ctx.memory
         if mem.pending or mem.waiting or mem.retired:
             mem.collect()
+        if _interop._deferred:  # another library's memory whose laneflow users may have finished
+            _interop.collect()
         hook = delays.current()
         if hook is not None:
             d = hook()
@@ -224,6 +228,7 @@ class CudaLane(Lane):
     def close(self) -> None:
         # Called from Stream.close or GC: the stream is destroyed at the next safe point.
         if not self.closed:
+            self.closing = True
             self.ctx.memory.retired.append(self)
 
     def destroy(self) -> None:

@@ -61,6 +61,25 @@ class DeviceArray:
         return f"<DeviceArray gpu:{self.ctx.index} {self.shape} {self.dtype} ptr={self.ptr:#x}>"
 
 
+class ViewArray(DeviceArray):
+    """A kernel's view of memory owned by something else (a compiled plan's region, another library's
+    tensor). Never caches a host copy: what is behind it may change."""
+
+    __slots__ = ()
+
+    def __init__(self, ctx, shape: tuple, dtype, ptr: int):
+        super().__init__(ctx, shape, dtype)
+        self.ptr = ptr
+
+    @property  # type: ignore[override]
+    def host(self):
+        return None
+
+    @host.setter
+    def host(self, value) -> None:
+        pass
+
+
 class Memory:
     """The device's pool, the queue of pending frees, and OOM handling."""
 
@@ -103,10 +122,11 @@ class Memory:
         if err:
             if err != OUT_OF_MEMORY:
                 raise CudaError(f"{op}: allocating {nbytes} bytes", err)
-            # Frees may still be queued or in flight: finish them and try once more.
-            self.collect()
+            # Frees may still be queued or in flight: finish them and try once more. Retired lanes
+            # are left for later: destroying one takes handle-pool locks this thread may hold.
+            self.collect(retire=False)
             self.ctx.synchronize()
-            self.collect()
+            self.collect(retire=False)
             self.ctx.synchronize()
             err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, self.pool, stream)
             if err:
@@ -154,10 +174,10 @@ class Memory:
             self.pending.append((h.ptr, buf.writer, tuple(buf.readers.values())))
             h.ptr = 0
 
-    def collect(self) -> None:
+    def collect(self, retire: bool = True) -> None:
         """Free what died since the last call. Caller holds no lane state; runs under ctx.lock."""
         with self.ctx.lock:
-            while self.retired:
+            while retire and self.retired:
                 lane = self.retired.popleft()
                 lane.destroy()
             if self.waiting:

@@ -54,6 +54,33 @@ class SolverLib:
         self.VECTOR, self.NOVECTOR = int(cusolver.EigMode.VECTOR), int(cusolver.EigMode.NOVECTOR)
         self.pool = device_handles(ctx).pool("cusolverDn")
         self._lwork: dict = {}
+        self._last = None    # the lane of the latest cuSOLVER command, while handles are shared
+        self._event = None
+
+    # A cuSOLVER handle holds state of its own that we cannot give each lane (its internal cuBLAS
+    # handle and that handle's workspace), so commands sharing a handle (the device and thread
+    # policies) must not overlap on the GPU: each one waits, on the device, for the previous one when it
+    # ran on another lane. The host never waits; under the stream policy (a handle per lane) nothing is
+    # chained and a batch split over lanes really runs concurrently.
+    def follow(self, lane) -> None:
+        from ...runtime.handle_pool import handle_policy
+
+        if handle_policy() == "stream":
+            self._last = None
+            return
+        if self._last is not None and self._last is not lane:
+            check(cu.cuStreamWaitEvent(lane.stream, self._event, 0), "cuStreamWaitEvent (cuSOLVER order)")
+
+    def lead(self, lane) -> None:
+        from ...runtime.handle_pool import handle_policy
+
+        if handle_policy() == "stream":
+            return
+        if self._event is None:
+            self._event = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value),
+                                "cuEventCreate (cuSOLVER order)")
+        check(cu.cuEventRecord(self._event, lane.stream), "cuEventRecord (cuSOLVER order)")
+        self._last = lane
 
     def fn(self, dtype, name: str):
         return getattr(self.sv, ("s" if dtype == np.float32 else "d") + name)
@@ -417,10 +444,11 @@ def linalg(lane, prim, ins, outs) -> None:
     if all(o.size == 0 for o in outs):
         return
     name = prim.name
-    if name != "qr" and getattr(lane.ctx.memory, "capture", None) is not None:
-        raise LaneflowError(f"{name}: reports cuSOLVER's devInfo at the host wait, which a CUDA graph "
-                            "replay cannot do")
+    if getattr(lane.ctx.memory, "capture", None) is not None:
+        raise LaneflowError(f"{name}: cuSOLVER commands are ordered across lanes by events and report devInfo "
+                            "at the host wait, which a CUDA graph replay cannot do")
     lib = _lib(lane.ctx)
+    lib.follow(lane)
     call = _Call(lane)
     try:
         if name == "cholesky":
@@ -439,3 +467,4 @@ def linalg(lane, prim, ins, outs) -> None:
             raise NotImplementedError(f"linalg: {name} on the GPU")
     finally:
         call.free()
+        lib.lead(lane)

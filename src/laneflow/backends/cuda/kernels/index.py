@@ -6,7 +6,8 @@ present) broadcast to one shape B; B's dims replace the indexed dims in place wh
 indices are adjacent, else they come first. One gather (or scatter) kernel computes, per element,
 the source offset from the slice dims and from each index array (negative indices wrap).
 Index arrays the host still holds (uploaded constants) are bounds-checked before the launch,
-raising IndexError as numpy does; indices computed on the GPU are clamped into range.
+raising IndexError as numpy does; indices computed on the GPU are checked by the kernel, which skips
+an out-of-range element and records it in a check slot, raised at the eval (``..checks``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ExecutionError, LaneflowError
-from ..checks import SLOT_WORDS, deferred
+from ..checks import SLOT_WORDS, deferred, slots_of
 from . import cdefs as C
 from .copy import strided_copy
 from .launch import grid_1d
@@ -165,7 +166,11 @@ def _launch_adv(lane, op: str, scatter: bool, out_ptr: int, in_ptr: int, dt, adv
         args += [a.ptr, broadcast_strides(a.shape, adv.bshape), lim, ist]
     if scatter:
         args.append(vst)
-    args += [n, deferred(lane, _index_error(op, adv))]
+    if any(a.host is None for a, _, _ in adv.arrays):
+        slot = deferred(lane, _index_error(op, adv), op)
+    else:  # every index array was checked on the host (_check_bounds): the slot is never read
+        slot = slots_of(lane.ctx).scratch_ptr()
+    args += [n, slot]
     kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), tuple(args))
 
 
