@@ -517,10 +517,12 @@ class _OutSet:
             o = ref()
             if o is not None and owner is o.region:
                 lane = o.lane
-                pts = [p for p in (buf.writer, *buf.readers.values()) if p is not None and p.lane is not lane]
-                if pts:
-                    o.dead.append(pts)
-                o.live.discard(h.tag)
+                rd, w = buf.readers, buf.writer
+                if rd or (w is not None and w.lane is not lane):  # else: nothing beyond program order
+                    pts = [p for p in (w, *rd.values()) if p is not None and p.lane is not lane]
+                    if pts:
+                        o.dead.append(pts)
+                o.live.discard(h.tag)  # after queueing: a set seen free has its readers queued
             elif owner is not None:
                 pts = [p for p in (buf.writer, *buf.readers.values()) if p is not None]  # a region given away (exported outputs) or a dropped plan's
                 readers = owner.readers
