@@ -17,7 +17,8 @@ Memory is fixed at capture, so no call allocates:
   move: the plan then gives that region to the exported arrays and takes a new one (one re-capture).
 - arguments are read where they are (*direct*) while each call passes the same buffer (weights, say);
   an argument that changes between calls is copied into a static staging buffer (*staged*, one device
-  copy per call, measured cheaper than patching kernel nodes at every call). The plan keeps a direct
+  copy per call: one driver call, where patching would touch every kernel node that reads the
+  argument; the two have not been timed against each other yet). The plan keeps a direct
   argument's buffer alive, so its address cannot be reused under the graph. A staged argument larger
   than :data:`STAGE_LIMIT` is re-bound by a new capture (``cuGraphExecUpdate``) instead of copied.
 
