@@ -172,6 +172,18 @@ class Result:
         }
 
 
+# -- workloads every framework runs the same way ----------------------------------------------------
+
+def chain_program(n: int) -> Callable[[Any], Any]:
+    """``dispatch``'s program: n dependent ``x + 1.0`` on whatever array type ``x`` is (laneflow and
+    every peer run this same function)."""
+    def chain(x):
+        for _ in range(n):
+            x = x + 1.0
+        return x
+    return chain
+
+
 # -- timing -------------------------------------------------------------------------------------
 
 def measure(impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0) -> tuple[list[float], Any]:

@@ -391,21 +391,8 @@ def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
                 if _GRAPH_MODE == "strict":
                     raise
                 unit = False
-        if unit:
-            pass
-        elif plan.memory is not None:
-            _replay_in_arena(plan, datas, slots)
-        else:
-            submit = _sched.submit
-            for prim, st, srcs, specs, first in plan.steps:
-                ins = []
-                for kind, v in srcs:
-                    ins.append(slots[v] if kind == "slot" else datas[v].buffer if kind == "arg" else v.buffer)
-                bufs = submit(prim, st, ins, specs)
-                if len(bufs) == 1:
-                    slots[first] = bufs[0]
-                else:
-                    slots[first:first + len(bufs)] = bufs
+        if not unit:
+            _replay_commands(plan, datas, slots)
         results = []
         made: dict = {}  # slot -> its value: an output returned twice is one value, never two sharing a buffer
         for ref, shape, dtype, stream in plan.outputs:
@@ -422,14 +409,17 @@ def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
     return _unflatten(plan.treedef, results)
 
 
-def _replay_in_arena(plan: _Plan, datas: list, slots: list) -> None:
-    """Replay with intermediates in the plan's regions. Each region is one buffer, so the encoder orders
+def _replay_commands(plan: _Plan, datas: list, slots: list) -> None:
+    """Submit the plan's steps through the encoders, intermediates in the plan's regions when it has a
+    memory plan (else each output is allocated afresh). Each region is one buffer, so the encoder orders
     a region's reuse after its earlier readers, within a call and across calls."""
     steps = plan.steps
-    backend = steps[0][1].backend
     arena = plan.arena
-    if arena is None:
+    if arena is None and plan.memory is None:
+        arena = plan.arena = {}
+    elif arena is None:
         mem = plan.memory
+        backend = steps[0][1].backend
         device = steps[0][1].device
         regions = [backend.allocate_region(device, n, "compile arena") for n in mem.region_bytes]
         arena = {}
@@ -456,7 +446,7 @@ def _replay_in_arena(plan: _Plan, datas: list, slots: list) -> None:
             slot = first + k
             placed = arena.get(slot)
             if placed is None:
-                b = backend.allocate(spec.device, spec.shape, spec.dtype, prim.name)
+                b = stream.backend.allocate(spec.device, spec.shape, spec.dtype, prim.name)
                 out_bufs.append(b)
                 out_data.append(b.data)
             else:

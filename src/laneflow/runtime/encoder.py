@@ -79,17 +79,11 @@ class CommandEncoder:
         stats = STATS
         if lane is None and len(self.lanes) == 1:
             lane = self.lanes[0]
-        if lane is not None and _all_on(lane, reads, writes):
+        counts = _hazards_on(lane, reads, writes) if lane is not None else None
+        if counts is not None:
             # Fast path (one-lane streams, compile's launches): every hazard is on this lane, where
             # program order covers it, so there is nothing to wait for and the clock stays.
-            raw = war = waw = 0
-            for b in reads:
-                if b.writer is not None:
-                    raw += 1
-            for b in writes:
-                if b.writer is not None:
-                    waw += 1
-                war += len(b.readers)
+            raw, waw, war = counts
             if raw:
                 stats.raw += raw
             if waw or war:
@@ -203,20 +197,27 @@ class CommandEncoder:
         return lane
 
 
-def _all_on(lane: Lane, reads, writes) -> bool:
-    """True when every point the command must follow is on ``lane``."""
+def _hazards_on(lane: Lane, reads, writes) -> tuple[int, int, int] | None:
+    """(RAW, WAW, WAR) counts when every point the command must follow is on ``lane``, else None."""
+    raw = waw = war = 0
     for b in reads:
         w = b.writer
-        if w is not None and w.lane is not lane:
-            return False
+        if w is not None:
+            if w.lane is not lane:
+                return None
+            raw += 1
     for b in writes:
         w = b.writer
-        if w is not None and w.lane is not lane:
-            return False
+        if w is not None:
+            if w.lane is not lane:
+                return None
+            waw += 1
         rd = b.readers
-        if rd and (len(rd) > 1 or lane not in rd):
-            return False
-    return True
+        if rd:
+            if len(rd) > 1 or lane not in rd:
+                return None
+            war += 1
+    return raw, waw, war
 
 
 def _dup(dups: dict | None, lane: Lane) -> dict:

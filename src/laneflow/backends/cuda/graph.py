@@ -524,13 +524,8 @@ class _OutSet:
                     if pts:
                         o.dead.append(pts)
                 o.live.discard(h.tag)  # after queueing: a set seen free has its readers queued
-            elif owner is not None:
-                pts = [p for p in (buf.writer, *buf.readers.values()) if p is not None]  # a region given away (exported outputs) or a dropped plan's
-                readers = owner.readers
-                for p in pts:
-                    cur = readers.get(p.lane)
-                    if cur is None or cur.seq < p.seq:
-                        readers[p.lane] = p
+            elif owner is not None:  # a region given away (exported outputs), or a dropped plan's
+                _add_readers(owner.readers, [p for p in (buf.writer, *buf.readers.values()) if p is not None])
 
         self.released = released
 
@@ -548,16 +543,21 @@ class _OutSet:
         waits for them."""
         dead, readers = self.dead, self.region.readers
         while dead:
-            for p in dead.popleft():
-                cur = readers.get(p.lane)
-                if cur is None or cur.seq < p.seq:
-                    readers[p.lane] = p
+            _add_readers(readers, dead.popleft())
 
     def __del__(self) -> None:
         try:
             self.drain()  # before the region is released (Memory.release reads its readers)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _add_readers(readers: dict, points) -> None:
+    """Merge points into a buffer's readers (lane -> latest point), as if they had read it."""
+    for p in points:
+        cur = readers.get(p.lane)
+        if cur is None or cur.seq < p.seq:
+            readers[p.lane] = p
 
 
 def _prewarm_libraries(ctx, lanes) -> None:

@@ -63,19 +63,12 @@ class SolverLib:
     # ran on another lane. The host never waits; under the stream policy (a handle per lane) nothing is
     # chained and a batch split over lanes really runs concurrently.
     def follow(self, lane) -> None:
-        from ...runtime.handle_pool import handle_policy
-
-        if handle_policy() == "stream":
-            self._last = None
-            return
+        """Before a command on ``lane`` (shared handles only): wait for the previous one on the GPU."""
         if self._last is not None and self._last is not lane:
             check(cu.cuStreamWaitEvent(lane.stream, self._event, 0), "cuStreamWaitEvent (cuSOLVER order)")
 
     def lead(self, lane) -> None:
-        from ...runtime.handle_pool import handle_policy
-
-        if handle_policy() == "stream":
-            return
+        """After a command on ``lane`` (shared handles only): the next one follows this one."""
         if self._event is None:
             self._event = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value),
                                 "cuEventCreate (cuSOLVER order)")
@@ -448,7 +441,11 @@ def linalg(lane, prim, ins, outs) -> None:
         raise LaneflowError(f"{name}: cuSOLVER commands are ordered across lanes by events and report devInfo "
                             "at the host wait, which a CUDA graph replay cannot do")
     lib = _lib(lane.ctx)
-    lib.follow(lane)
+    from ...runtime.handle_pool import handle_policy
+
+    shared = handle_policy() != "stream"
+    if shared:
+        lib.follow(lane)
     call = _Call(lane)
     try:
         if name == "cholesky":
@@ -467,4 +464,5 @@ def linalg(lane, prim, ins, outs) -> None:
             raise NotImplementedError(f"linalg: {name} on the GPU")
     finally:
         call.free()
-        lib.lead(lane)
+        if shared:
+            lib.lead(lane)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..harness import Impl
+from ..harness import Impl, chain_program
 from ..memory import device_used_bytes
 from . import PeerUnavailable, require
 
@@ -80,12 +80,8 @@ def dispatch(case, device, lanes):
     cp, args, impl = _setup(case, device)
     n = case.params["n"]
 
-    def chain():
-        x = args["x"]
-        for _ in range(n):
-            x = x + 1.0
-        return x
-    return [impl("eager", chain, lanes=1)]
+    chain, x0 = chain_program(n), args["x"]
+    return [impl("eager", lambda: chain(x0), lanes=1)]
 
 
 def experts(case, device, lanes):

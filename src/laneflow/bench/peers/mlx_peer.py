@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..harness import Impl
+from ..harness import Impl, chain_program
 from . import PeerUnavailable, require
 
 
@@ -66,12 +66,8 @@ def dispatch(case, device, lanes):
     mx, dev, args = _setup(case, device)
     n = case.params["n"]
 
-    def chain():
-        x = args["x"]
-        for _ in range(n):
-            x = x + 1.0
-        return x
-    return [_impl(mx, dev, "lazy chain", chain, lanes=1)]
+    chain, x0 = chain_program(n), args["x"]
+    return [_impl(mx, dev, "lazy chain", lambda: chain(x0), lanes=1)]
 
 
 def experts(case, device, lanes):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..harness import Impl
+from ..harness import Impl, chain_program
 from ..memory import device_used_bytes
 from . import PeerUnavailable, require
 
@@ -104,12 +104,8 @@ def dispatch(case, device, lanes):
     x0 = _tensor(torch, case.inputs["x"], dev)
     n = case.params["n"]
 
-    def run():
-        x = x0
-        for _ in range(n):
-            x = x + 1.0
-        return x
-    return [impl("eager", run, lanes=1)]
+    chain = chain_program(n)
+    return [impl("eager", lambda: chain(x0), lanes=1)]
 
 
 def experts(case, device, lanes):

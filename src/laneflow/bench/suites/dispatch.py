@@ -12,15 +12,7 @@ import laneflow as lf
 
 from ...runtime import tracing
 from .. import laneflow_impls as lfi
-from ..harness import Case, Impl, suite
-
-
-def chain_program(n: int):
-    def chain(x):
-        for _ in range(n):
-            x = x + 1.0
-        return x
-    return chain
+from ..harness import Case, Impl, chain_program, suite
 
 
 @suite("dispatch", "host cost per tiny op: chain of N tiny adds; tracing on vs off")
