@@ -63,6 +63,30 @@ def run_threads(target, n: int) -> None:
         t.join()
 
 
+def repeat_in_threads(device, prepare, ref: list, reps: int, check_every: int, threads: int = 4) -> None:
+    """On ``threads`` host threads at once, each with its own 2-lane stream ``s``: ``step =
+    prepare(s)``, then ``reps`` times the arrays ``step()`` gives are evaluated, and compared exactly
+    with ``ref`` every ``check_every`` repetitions. The first failure in any thread is raised here."""
+    errors: list = []
+
+    def work(t):
+        try:
+            s = lf.new_stream(device, lanes=2)
+            step = prepare(s)
+            for rep in range(reps):
+                outs = step()
+                lf.eval(*outs)
+                if rep % check_every == 0:
+                    for k, o in enumerate(outs):
+                        np.testing.assert_array_equal(np.asarray(o), ref[k])
+            s.close()
+        except Exception as e:  # noqa: BLE001 - reported below, from the test's thread
+            errors.append(e)
+
+    run_threads(work, threads)
+    assert not errors, errors[0]
+
+
 def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     """Fresh random data of a dtype: never zeros; floats in a range every dtype holds exactly enough."""
     dtype = np.dtype(dtype)

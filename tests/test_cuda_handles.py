@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import run_threads
+from conftest import repeat_in_threads, run_threads
 
 import laneflow as lf
 from laneflow.runtime import handle_pool as hp
@@ -238,23 +238,8 @@ def test_eight_lanes_by_500_gemms_sharing_one_handle_equal_one_lane(rng):
 def test_four_host_threads_sharing_the_device_handle_get_identical_results(rng):
     a = _gemms(rng)
     ref = [np.asarray(lf.matmul(a[k], a[(k + 1) % 8], stream=lf.gpu)) for k in range(8)]
-    errors = []
-
-    def work(t):
-        try:
-            s = lf.new_stream(lf.gpu, lanes=2)
-            for rep in range(50):
-                outs = [lf.matmul(a[k], a[(k + 1) % 8], stream=s) for k in range(8)]
-                lf.eval(*outs)
-                if rep % 10 == 0:
-                    for k, o in enumerate(outs):
-                        np.testing.assert_array_equal(np.asarray(o), ref[k])
-            s.close()
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-
-    run_threads(work, 4)
-    assert not errors, errors[0]
+    repeat_in_threads(lf.gpu, lambda s: lambda: [lf.matmul(a[k], a[(k + 1) % 8], stream=s) for k in range(8)],
+                      ref, reps=50, check_every=10)
 
 
 # -- cuBLAS (legacy API) through its pool: bare sgemm calls on laneflow's lanes ---------------------

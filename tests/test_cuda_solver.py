@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import run_threads
+from conftest import repeat_in_threads
 
 import laneflow as lf
 
@@ -186,25 +186,13 @@ def test_gpu_four_host_threads_solving_on_one_shared_handle_get_identical_result
     ref = [np.asarray(lf.linalg.solve(lf.array(a[k], device=lf.gpu), lf.array(b[k], device=lf.gpu),
                                       stream=lf.gpu)) for k in range(8)]
     before = created()
-    errors = []
 
-    def work(t):
-        try:
-            s = lf.new_stream(lf.gpu, lanes=2)
-            A = [lf.array(x, stream=s) for x in a]
-            B = [lf.array(x, stream=s) for x in b]
-            for rep in range(25):
-                outs = [lf.linalg.solve(A[k], B[k], stream=s) for k in range(8)]
-                lf.eval(*outs)
-                if rep % 6 == 0:
-                    for k, o in enumerate(outs):
-                        np.testing.assert_array_equal(np.asarray(o), ref[k])
-            s.close()
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
+    def prepare(s):
+        A = [lf.array(x, stream=s) for x in a]
+        B = [lf.array(x, stream=s) for x in b]
+        return lambda: [lf.linalg.solve(A[k], B[k], stream=s) for k in range(8)]
 
-    run_threads(work, 4)
-    assert not errors, errors[0]
+    repeat_in_threads(lf.gpu, prepare, ref, reps=25, check_every=6)
     assert created() == before
 
 
