@@ -105,6 +105,13 @@ class _FakeCublas:
         COMPUTE_64F, COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 70, 68, 77
 
 
+class _FakeLegacy:
+    """nvmath's cuBLAS/cuSOLVER bindings: handles are numbers, every call succeeds at once."""
+
+    def __getattr__(self, name):
+        return lambda *a, **k: next(_ids)
+
+
 def install() -> None:
     """Patch laneflow's CUDA modules to use the fake driver and libraries (before any GPU use)."""
     import importlib
@@ -117,11 +124,12 @@ def install() -> None:
         mod = importlib.import_module(m.name)
         if getattr(mod, "cu", None) is real:
             mod.cu = fake
-    from laneflow.backends.cuda import driver, matmul, nvrtc
+    from laneflow.backends.cuda import driver, handles, matmul, nvrtc
 
     driver._initialised = False
     nvrtc.compile = lambda source, cc, name="kernel": (name, b"\0")
     matmul._lt = lambda: (_FakeCublas, _FakeLt())
+    handles._bindings = lambda name: _FakeLegacy()
     import laneflow.streams as streams
 
     streams._backends.pop("gpu", None)

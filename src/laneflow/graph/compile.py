@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import LaneflowError
+from .grouping import Group, group_matmuls
 from .memory_plan import Value, plan_memory
 from .node import ArrayData, Primitive
 from . import schedule as _sched
@@ -275,9 +276,9 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
                     + [i for d in order if id(d) in depends for i in d.inputs if id(i) not in depends])
     steps = []
     n_slots = 0
-    for d in order:
-        if id(d) not in depends or d.prim.kind == "placeholder":
-            continue
+    todo = [d for d in order if id(d) in depends and d.prim.kind != "placeholder"]
+    items = group_matmuls(todo)
+    for d in todo if items is None else items:
         if id(d) in places:
             continue  # a sibling produced it already
         srcs = []
@@ -287,7 +288,7 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
                 i.arrays += 1  # a captured value: the plan holds it, so it is never reused in place
                 p = ("const", i)
             srcs.append(p)
-        outs = d.siblings or (d,)
+        outs = d.members if type(d) is Group else (d.siblings or (d,))
         first = n_slots
         for o in outs:
             places[id(o)] = ("slot", n_slots)

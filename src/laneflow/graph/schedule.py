@@ -10,6 +10,7 @@ from typing import Sequence
 
 from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
+from .grouping import Group, group_matmuls
 from .node import ArrayData
 
 
@@ -48,8 +49,12 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
 def schedule(roots: Sequence[ArrayData]) -> None:
     """Submit every pending node needed by roots. Returns without waiting for the work."""
     with LOCK:
-        for d in toposort(roots):
-            if d.buffer is None:  # a sibling may have produced it already
+        order = toposort(roots)
+        items = group_matmuls(order) if len(order) > 1 else None
+        for d in order if items is None else items:
+            if type(d) is Group:
+                _finish(d.members, submit(d.prim, d.stream, [i.buffer for i in d.inputs], d.members))
+            elif d.buffer is None:  # a sibling may have produced it already
                 _schedule_one(d)
 
 
@@ -114,6 +119,8 @@ def encode_call(prim, stream, in_bufs: list, in_data: list, out_bufs: list, out_
 
     if len(in_bufs) < 2:
         reads = in_bufs
+    elif len(in_bufs) > 8:  # a grouped command: many inputs
+        reads = list({id(b): b for b in in_bufs}.values())
     else:
         reads = []
         for b in in_bufs:

@@ -12,6 +12,9 @@ from .core import cast, describe, node, operand, stream_of
 from .primitives import Matmul
 
 
+_FAST = frozenset((dt.float16, dt.bfloat16, dt.float32, dt.float64))
+
+
 def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     """Matrix product; leading dimensions broadcast as batches. float16/bfloat16 accumulate in float32."""
     st = stream_of(stream, "matmul")
@@ -19,6 +22,10 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     if not x.shape or not y.shape:
         raise ValueError(f"matmul: operands must be at least 1-D, got {describe(x, y)}")
     xs, ys = x.shape, y.shape
+    if (x.dtype is y.dtype and len(xs) == len(ys) and len(xs) >= 2 and xs[:-2] == ys[:-2]
+            and xs[-1] == ys[-2] and x.dtype in _FAST):
+        # the common case (equal batches, one float dtype) without broadcasting or promotion rules
+        return node(Matmul(), (x, y), xs[:-1] + ys[-1:], x.dtype, st)
     xm = xs if len(xs) > 1 else (1,) + xs
     ym = ys if len(ys) > 1 else ys + (1,)
     if xm[-1] != ym[-2]:

@@ -45,6 +45,11 @@ class Backend:
     #   graph_plan(plan, stream) -> object with run(datas, stream) -> {slot: Buffer} and stats();
     #   it raises when the plan cannot become one, and the plan then replays its commands.
 
+    def groups_matmul(self, dtype: np.dtype) -> bool:
+        """Whether independent same-shape matmuls of ``dtype`` should run as one grouped command
+        (kernel kind ``"matmul_group"``; see :mod:`laneflow.graph.grouping`)."""
+        return False
+
     def to_host(self, buffer: Buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """Host view or copy of a buffer whose writer has finished."""
         raise NotImplementedError

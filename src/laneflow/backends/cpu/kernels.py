@@ -141,6 +141,14 @@ def matmul(lane, prim, ins, outs):
     np.copyto(out, np.matmul(a, b), casting="unsafe")
 
 
+def matmul_group(lane, prim, ins, outs):
+    """A group of independent matmuls (graph/grouping.py): ``outs[i] = ins[i] @ ins[n + i]``. The CPU
+    backend does not group by default; this runs when a test turns grouping on."""
+    n = len(outs)
+    for i in range(n):
+        matmul(lane, prim, (ins[i], ins[n + i]), (outs[i],))
+
+
 def reshape(lane, prim, ins, outs):
     np.copyto(outs[0], ins[0].reshape(prim.shape))
 

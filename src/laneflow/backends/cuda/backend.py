@@ -17,6 +17,7 @@ from .hostsync import HostSignals
 from .kernels import KERNELS
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
+from .matmul import GROUPED_DTYPES
 from .memory import DeviceArray, Memory, ViewArray
 
 
@@ -109,6 +110,10 @@ class CUDABackend(Backend):
         h.copy_to_host(out)
         h.host = out  # the value is immutable and now exported: later reads reuse this copy
         return out
+
+    def groups_matmul(self, dtype: np.dtype) -> bool:
+        """Float matmuls group into one pointer-array batched GEMM (``matmul.matmul_group``)."""
+        return dtype in GROUPED_DTYPES
 
     def kernel(self, kind: str):
         try:

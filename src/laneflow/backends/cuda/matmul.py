@@ -22,7 +22,8 @@ from cuda.bindings import driver as cu
 from ... import dtypes as dt
 from ...errors import LaneflowError
 from .driver import check
-from .handles import LT_WORKSPACE_BYTES, cublaslt_pool
+from ...graph.grouping import MAX_GROUP
+from .handles import LT_WORKSPACE_BYTES, cublaslt_pool, device_handles
 from .kernels import cdefs as C
 from .kernels.copy import strided_copy
 from .kernels.launch import grid_1d
@@ -62,6 +63,7 @@ class MatmulLib:
         self.pool = cublaslt_pool(ctx, self.lt)
         self.handle = self.lt.create()  # for heuristics queries only; algorithms are valid on any handle
         self.plans: dict = {}
+        self._blas = None
 
     def plan(self, dtype, m: int, n: int, k: int, batch: int, sa: int, sb: int) -> _Plan:
         tf32 = _allow_tf32 and dtype == dt.float32
@@ -123,6 +125,13 @@ class MatmulLib:
     def _set(setter, dtype_of, obj, attr, value) -> None:
         buf = np.array([value], dtype=dtype_of(attr))
         setter(obj, attr, buf.ctypes.data, buf.itemsize)
+
+    def blas_pool(self):
+        """The device's cuBLAS (legacy API) pool: grouped matmuls use ``cublasGemmBatchedEx``."""
+        pool = self._blas
+        if pool is None:
+            pool = self._blas = device_handles(self.ctx).pool("cublas")
+        return pool
 
     def run(self, lane, p: _Plan, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
         with self.pool.use(lane) as (handle, (ws_ptr, ws_size)):
@@ -194,6 +203,71 @@ def matmul(lane, prim, ins, outs) -> None:
     finally:
         for t in temps:
             lane.ctx.memory.raw_free(t, lane.stream)
+
+
+#: dtypes whose matmuls group into one pointer-array batched GEMM (graph/grouping.py)
+GROUPED_DTYPES = frozenset(np.dtype(d) for d in (np.float16, dt.bfloat16, np.float32, np.float64))
+_PTR_SLOTS = 3 * MAX_GROUP  # pointers per cuBLAS call: A, B and C arrays of up to MAX_GROUP matrices
+
+_PTR_SRC = f"""
+struct lf_ptr_block {{ unsigned long long v[{_PTR_SLOTS}]; }};
+extern "C" __global__ void lf_store_ptrs(unsigned long long* __restrict__ dst, int n, lf_ptr_block p) {{
+  int i = threadIdx.x;
+  if (i < n) dst[i] = p.v[i];
+}}
+"""
+
+
+def _compute_type(cublas, dtype) -> tuple[int, np.ndarray, np.ndarray]:
+    ct = cublas.ComputeType
+    if dtype == dt.float64:
+        return int(ct.COMPUTE_64F), np.ones(1, np.float64), np.zeros(1, np.float64)
+    tf32 = _allow_tf32 and dtype == dt.float32
+    return int(ct.COMPUTE_32F_FAST_TF32 if tf32 else ct.COMPUTE_32F), np.ones(1, np.float32), np.zeros(1, np.float32)
+
+
+def matmul_group(lane, prim, ins, outs) -> None:
+    """Independent matmuls of equal shapes, ``outs[i] = ins[i] @ ins[n + i]``, as pointer-array batched
+    GEMMs (``cublasGemmBatchedEx``; one call per ``MAX_GROUP`` matrices). The pointer arrays are
+    written on the lane by a kernel whose parameter block holds them, so no host memory has to
+    outlive the call and the whole thing can be captured into a CUDA graph.
+
+    Measured on the H200 (``tools/probe_grouped.py``): 32 x (16x4096 @ 4096x1024) bf16 in 66.7 us
+    against 66.0 for a strided batch over stacked operands and 685 for 32 separate cuBLASLt calls.
+    """
+    n = len(outs)
+    a0, b0, c0 = ins[0], ins[n], outs[0]
+    M, K, N = a0.shape[-2], a0.shape[-1], b0.shape[-1]
+    batch = 1
+    for s in a0.shape[:-2]:
+        batch *= s
+    dtype = c0.dtype
+    isz = dtype.itemsize
+    sa, sb, sc = M * K * isz, K * N * isz, M * N * isz
+    # column-major view, as in `matmul`: C^T (N x M) = B^T (N x K) @ A^T (K x M)
+    pa = [b.ptr + j * sb for b in ins[n:] for j in range(batch)]
+    pb = [a.ptr + j * sa for a in ins[:n] for j in range(batch)]
+    pc = [c.ptr + j * sc for c in outs for j in range(batch)]
+    ctx = lane.ctx
+    lib = _lib(ctx)
+    store = ctx.modules.get(("store_ptrs", _PTR_SLOTS), lambda: (_PTR_SRC, "lf_store_ptrs", "pi" + "Q" * _PTR_SLOTS))
+    compute, alpha, beta = _compute_type(lib.cublas, dtype)
+    tid = _CUDA_TYPE[C.dname(dtype)]
+    pool = lib.blas_pool()
+    cb = pool.library.mod
+    mem = ctx.memory
+    for s in range(0, len(pc), MAX_GROUP):
+        cnt = min(MAX_GROUP, len(pc) - s)
+        words = pa[s:s + cnt] + pb[s:s + cnt] + pc[s:s + cnt]
+        arr = mem.raw_alloc(len(words) * 8, lane.stream, "matmul")
+        try:
+            store.launch(lane.stream, (1, 1, 1), (_PTR_SLOTS, 1, 1),
+                         (arr, len(words), *words, *((0,) * (_PTR_SLOTS - len(words)))))
+            with pool.use(lane) as (handle, _):
+                cb.gemm_batched_ex(handle, 0, 0, N, M, K, alpha.ctypes.data, arr, tid, N, arr + cnt * 8, tid, K,
+                                   beta.ctypes.data, arr + 2 * cnt * 8, tid, N, cnt, compute, -1)
+        finally:
+            mem.raw_free(arr, lane.stream)
 
 
 def _build_int(dtype):

@@ -23,6 +23,7 @@ KERNELS = {
     "softmax": _reduce.softmax,
     "logsumexp": _reduce.logsumexp,
     "matmul": _matmul.matmul,
+    "matmul_group": _matmul.matmul_group,
     "reshape": _copy.reshape,
     "transpose": _copy.transpose,
     "broadcast_to": _copy.broadcast_to,

@@ -1,0 +1,125 @@
+"""Grouping independent matmuls of one evaluation into one command (a grouped GEMM).
+
+A mixture-of-experts step, or the Q/K/V projections of attention, is several matmuls that do not
+depend on each other and have the same shapes. Each one as its own library call costs about 20 us of
+host time on the H200 machine (cuBLASLt's own host cost, PyTorch pays it too), so 32 of them are
+host-bound no matter how many lanes run them. One pointer-array batched GEMM does all of them in one
+call and runs as fast as a strided batch over stacked operands (measured: ``tools/probe_grouped.py``).
+
+The pass looks at the pending nodes of one ``lf.eval`` (or one compiled plan): matmuls on the same
+stream with equal operand shapes (no batch broadcasting), one dtype for both operands and the result,
+that sit at the same *level* (longest path from evaluated values), so none can depend on another,
+become one :class:`MatmulGroup` node. The decision depends on the program alone, never on the number
+of lanes, so one lane and many lanes compute the same bits. A backend opts in per dtype with
+``Backend.groups_matmul(dtype)``; the CPU backend does not (its lanes already run matmuls in parallel,
+and one command would serialise them).
+
+``LANEFLOW_GROUP_MATMUL=0`` turns the pass off (for A/B measurements).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .node import ArrayData, Primitive
+
+#: Largest group; a larger set of matmuls becomes several groups (the CUDA kernel passes the
+#: group's pointers as one kernel parameter block, which must stay under 4 KiB).
+MAX_GROUP = 128
+
+_enabled = os.environ.get("LANEFLOW_GROUP_MATMUL", "1") != "0"
+
+
+def set_enabled(on: bool) -> None:
+    """Turn matmul grouping on or off for this process (``LANEFLOW_GROUP_MATMUL=0`` at start-up)."""
+    global _enabled
+    _enabled = bool(on)
+
+
+class MatmulGroup(Primitive):
+    """``n`` independent matmuls of equal shapes: inputs ``a_0..a_{n-1}, b_0..b_{n-1}``, outputs
+    ``c_0..c_{n-1}`` with ``c_i = a_i @ b_i``."""
+
+    kind = "matmul_group"
+
+    def __init__(self, n: int):
+        super().__init__(f"matmul (group of {n})")
+        self.n = n
+
+
+class Group:
+    """One grouped command in a schedule: the primitive, its member nodes and their inputs."""
+
+    __slots__ = ("prim", "members", "inputs", "stream")
+
+    def __init__(self, members: list[ArrayData]):
+        self.members = members
+        self.prim = MatmulGroup(len(members))
+        self.inputs = [m.inputs[0] for m in members] + [m.inputs[1] for m in members]
+        self.stream = members[0].stream
+
+
+def _key(d: ArrayData) -> Any:
+    a, b = d.inputs
+    sa, sb = a.shape, b.shape
+    if len(sa) < 2 or len(sb) != len(sa) or sa[:-2] != sb[:-2]:
+        return None
+    if a.dtype != d.dtype or b.dtype != d.dtype or sa[-1] == 0 or d.size == 0:
+        return None
+    if not d.stream.backend.groups_matmul(d.dtype):
+        return None
+    return (id(d.stream), sa, sb, d.dtype)
+
+
+def group_matmuls(order: list[ArrayData]) -> list | None:
+    """``order`` (inputs before users) as a list of nodes and :class:`Group` s, still inputs before
+    users, or None when no two matmuls group (the caller then keeps ``order`` as it is).
+
+    With groups the order becomes level by level (stable within a level): a group's members share a
+    level, so every input of every member comes before the group and every user after it.
+    """
+    if not _enabled:
+        return None
+    cands: dict = {}
+    for d in order:
+        if d.prim is not None and d.prim.kind == "matmul":
+            k = _key(d)
+            if k is not None:
+                cands.setdefault(k, []).append(d)
+    if not any(len(v) > 1 for v in cands.values()):
+        return None
+    level: dict[int, int] = {}
+    for d in order:
+        lv = 0
+        for i in d.inputs:
+            li = level.get(id(i))
+            if li is not None and li >= lv:
+                lv = li + 1
+        level[id(d)] = lv
+    group_of: dict[int, Group] = {}
+    for members in cands.values():
+        if len(members) < 2:
+            continue
+        by_level: dict[int, list] = {}
+        for d in members:
+            by_level.setdefault(level[id(d)], []).append(d)
+        for same in by_level.values():
+            for s in range(0, len(same), MAX_GROUP):
+                chunk = same[s:s + MAX_GROUP]
+                if len(chunk) > 1:
+                    g = Group(chunk)
+                    for d in chunk:
+                        group_of[id(d)] = g
+    if not group_of:
+        return None
+    items: list = []
+    emitted: set[int] = set()
+    for d in sorted(order, key=lambda d: level[id(d)]):
+        g = group_of.get(id(d))
+        if g is None:
+            items.append(d)
+        elif id(g) not in emitted:
+            emitted.add(id(g))
+            items.append(g)
+    return items
