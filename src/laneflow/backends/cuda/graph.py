@@ -291,23 +291,6 @@ class GraphPlan:
         ctx = self.ctx
         base = region.data.ptr
         release = o.released
-        outs: dict = {}
-        new_bufs = []
-        live = o.live
-        device = self.device
-        tag = o.tags
-        new = OutArray.__new__
-        for slot, shape, dtype, n, size, offset in self.out_specs:
-            h = new(OutArray)
-            h.ctx, h.shape, h.dtype, h.host, h.owner = ctx, shape, dtype, None, region
-            h.size, h.nbytes, h.ptr = size, n, base + offset
-            tag += 1
-            h.tag = tag
-            live.add(tag)
-            b = outs[slot] = Buffer(device, n, h, release)
-            new_bufs.append(b)
-        o.tags = tag
-        o.last = [weakref.ref(b) for b in new_bufs]
         exec_ = o.exec
         if bufs != self._last_args:  # the same argument buffers as last call (weights): reuse the lists
             self._last_args = bufs
@@ -332,8 +315,28 @@ class GraphPlan:
                 check((err,), "cuGraphLaunch")
 
         o.launched = self.launches = self.launches + 1
-        self.last_point = stream.encoder.encode(self.name, launch, self._reads,
-                                                [*self._static_writes, region, *new_bufs], lane=lane)
+        # Launch first, then make the output buffers (a few us each in Python): the GPU starts while
+        # the host builds them. They are new, so the launch is simply their writer.
+        point = self.last_point = stream.encoder.encode(self.name, launch, self._reads,
+                                                        [*self._static_writes, region], lane=lane)
+        outs: dict = {}
+        new_bufs = []
+        live = o.live
+        device = self.device
+        tag = o.tags
+        new = OutArray.__new__
+        for slot, shape, dtype, n, size, offset in self.out_specs:
+            h = new(OutArray)
+            h.ctx, h.shape, h.dtype, h.host, h.owner = ctx, shape, dtype, None, region
+            h.size, h.nbytes, h.ptr = size, n, base + offset
+            tag += 1
+            h.tag = tag
+            live.add(tag)
+            b = outs[slot] = Buffer(device, n, h, release)
+            b.writer = point
+            new_bufs.append(b)
+        o.tags = tag
+        o.last = [weakref.ref(b) for b in new_bufs]
         return outs
 
     # -- capture ---------------------------------------------------------------------------------
