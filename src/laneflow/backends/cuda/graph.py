@@ -319,6 +319,7 @@ class GraphPlan:
         # the host builds them. They are new, so the launch is simply their writer.
         point = self.last_point = stream.encoder.encode(self.name, launch, self._reads,
                                                         [*self._static_writes, region], lane=lane)
+        err, checks = region.error, region.checks  # what the launch left (Command.run already ran)
         outs: dict = {}
         new_bufs = []
         live = o.live
@@ -334,6 +335,7 @@ class GraphPlan:
             live.add(tag)
             b = outs[slot] = Buffer(device, n, h, release)
             b.writer = point
+            b.error, b.checks = err, checks
             new_bufs.append(b)
         o.tags = tag
         o.last = [weakref.ref(b) for b in new_bufs]
@@ -566,10 +568,8 @@ def _add_readers(readers: dict, points) -> None:
 def _prewarm_libraries(ctx, lanes) -> None:
     """Library workspaces of the capture lanes exist before capture (allocating inside it would put
     allocation nodes into the graph), and are valid on every stream."""
-    for name in ("matmul", "solver", "blas"):
-        pool = getattr(getattr(ctx, name, None), "pool", None)
-        if pool is None:
-            continue
+    group = getattr(ctx, "handles", None)  # every library pool of the device (handles.DeviceHandles)
+    for pool in list(group.pools.values()) if group is not None else ():
         for lane in lanes:
             with pool.use(lane):
                 pass
