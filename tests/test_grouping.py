@@ -199,3 +199,82 @@ def test_compiled_functions_group_and_match_eager(grouped, rng):
                     np.testing.assert_array_equal(np.asarray(y), eager[i])
     steps = experts.stats()[0]["steps"]
     assert steps == 1 + E  # one group, E maximums
+
+
+def test_matmuls_on_different_streams_group_and_one_stream_gives_the_same_bits(grouped, rng):
+    # the fuzzer's invariant: the grouping decision must not depend on streams or lanes
+    xs = [random_array(rng, (4, 6), np.float32) for _ in range(4)]
+    ws = [random_array(rng, (6, 5), np.float32) for _ in range(4)]
+    results = []
+    for n_streams in (1, 2):
+        streams = [lf.new_stream(grouped, lanes=2) for _ in range(n_streams)]
+        X = [lf.array(x, stream=streams[i % n_streams]) for i, x in enumerate(xs)]
+        W = [lf.array(w, stream=streams[i % n_streams]) for i, w in enumerate(ws)]
+        lf.eval(*X, *W)
+        ys, n = _commands(lambda: lf.eval(*(r := [lf.matmul(x, w, stream=streams[i % n_streams])
+                                                  for i, (x, w) in enumerate(zip(X, W))])) or r)
+        assert n == 1
+        results.append([np.asarray(y) for y in ys])
+        for s in streams:
+            s.close()
+    for a, b, x, w in zip(*results, xs, ws):
+        np.testing.assert_array_equal(a, b)
+        _close(a, x.astype(np.float64) @ w, 6)
+
+
+def _random_matmul_program(seed: int, n_inputs: int = 6, n_steps: int = 24) -> list:
+    """Steps over a pool of square matrices, rich in matmuls at the same level (the fuzzer's
+    programs rarely have two): ("matmul", i, j), ("add", i, j), ("tanh", i), stream choice k."""
+    r = np.random.default_rng(seed)
+    steps, size = [], n_inputs
+    for _ in range(n_steps):
+        kind = r.choice(["matmul", "matmul", "matmul", "add", "tanh"])
+        i, j = int(r.integers(0, size)), int(r.integers(0, size))
+        steps.append((kind, i, j, int(r.integers(0, 3))))
+        size += 1
+    return steps
+
+
+def _run_program(steps, inputs, streams, delays):
+    vals = [lf.array(x, stream=streams[0]) for x in inputs]
+    lf.eval(*vals)
+    ref = [x.astype(np.float64) for x in inputs]
+
+    def build():
+        for kind, i, j, k in steps:
+            st = streams[k % len(streams)]
+            if kind == "matmul":
+                vals.append(lf.matmul(vals[i], vals[j], stream=st))
+                ref.append(ref[i] @ ref[j] / 4.0)
+                vals[-1] = lf.multiply(vals[-1], 0.25, stream=st)
+            elif kind == "add":
+                vals.append(lf.add(vals[i], vals[j], stream=st))
+                ref.append(ref[i] + ref[j])
+            else:
+                vals.append(lf.tanh(vals[i], stream=st))
+                ref.append(np.tanh(ref[i]))
+        lf.eval(*vals)
+
+    if delays:
+        with lf.testing.inject_delays(0.0005, seed=len(steps)):
+            build()
+    else:
+        build()
+    return [np.asarray(v) for v in vals], ref
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_matmul_programs_on_one_lane_and_many_give_the_same_bits(grouped, seed):
+    dtype = np.float32 if seed % 2 else np.float64
+    steps = _random_matmul_program(seed)
+    inputs = [np.random.default_rng(seed + 100 + k).uniform(-1, 1, (8, 8)).astype(dtype) for k in range(6)]
+    one_stream = [lf.new_stream(grouped, lanes=1)]
+    one, ref = _run_program(steps, inputs, one_stream, delays=False)
+    many_streams = [lf.new_stream(grouped, lanes=3), lf.new_stream(grouped, lanes=2)]
+    many, _ = _run_program(steps, inputs, many_streams, delays=True)
+    for s in one_stream + many_streams:
+        s.close()
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    for k, (a, b, r) in enumerate(zip(one, many, ref)):
+        np.testing.assert_array_equal(a, b, err_msg=f"value {k}: many lanes differ from one lane")
+        np.testing.assert_allclose(a, r, rtol=tol, atol=tol, err_msg=f"value {k}: differs from numpy")

@@ -7,10 +7,12 @@ host-bound no matter how many lanes run them. One pointer-array batched GEMM doe
 call and runs as fast as a strided batch over stacked operands (measured: ``tools/probe_grouped.py``).
 
 The pass looks at the pending nodes of one ``lf.eval`` (or one compiled plan): matmuls on the same
-stream with equal operand shapes (no batch broadcasting), one dtype for both operands and the result,
+device with equal operand shapes (no batch broadcasting), one dtype for both operands and the result,
 that sit at the same *level* (longest path from evaluated values), so none can depend on another,
-become one :class:`MatmulGroup` node. The decision depends on the program alone, never on the number
-of lanes, so one lane and many lanes compute the same bits. A backend opts in per dtype with
+become one :class:`MatmulGroup` node. The decision depends on the program alone, never on lanes or
+streams, so one lane and many lanes (one stream and several) compute the same bits. A group runs on
+the stream of its first member; the encoder orders it after the writers of every member's inputs,
+whatever their streams. A backend opts in per dtype with
 ``Backend.groups_matmul(dtype)``; the CPU backend does not (its lanes already run matmuls in parallel,
 and one command would serialise them).
 
@@ -69,7 +71,7 @@ def _key(d: ArrayData) -> Any:
         return None
     if not d.stream.backend.groups_matmul(d.dtype):
         return None
-    return (id(d.stream), sa, sb, d.dtype)
+    return (d.device, sa, sb, d.dtype)
 
 
 def group_matmuls(order: list[ArrayData]) -> list | None:

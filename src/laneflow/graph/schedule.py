@@ -53,6 +53,9 @@ def schedule(roots: Sequence[ArrayData]) -> None:
         items = group_matmuls(order) if len(order) > 1 else None
         for d in order if items is None else items:
             if type(d) is Group:
+                for m in d.members:
+                    if m.stream._closed:
+                        raise LaneflowError(f"matmul: its stream {m.stream} was closed before the op was evaluated")
                 _finish(d.members, submit(d.prim, d.stream, [i.buffer for i in d.inputs], d.members))
             elif d.buffer is None:  # a sibling may have produced it already
                 _schedule_one(d)

@@ -82,14 +82,17 @@ class CommandEncoder:
         counts = _hazards_on(lane, reads, writes) if lane is not None else None
         if counts is not None:
             # Fast path (one-lane streams, compile's launches): every hazard is on this lane, where
-            # program order covers it, so there is nothing to wait for and the clock stays.
-            raw, waw, war = counts
+            # program order covers it, or already covered by its clock, so there is nothing to wait
+            # for and the clock stays.
+            raw, waw, war, covered = counts
             if raw:
                 stats.raw += raw
             if waw or war:
                 stats.waw += waw
                 stats.war += war
-            stats.same_lane_deps += raw + waw + war
+            stats.same_lane_deps += raw + waw + war - covered
+            if covered:
+                stats.waits_elided += covered
         else:
             lane = self._place(reads, writes, lane)
         seq = lane.submitted = lane.submitted + 1
@@ -197,27 +200,36 @@ class CommandEncoder:
         return lane
 
 
-def _hazards_on(lane: Lane, reads, writes) -> tuple[int, int, int] | None:
-    """(RAW, WAW, WAR) counts when every point the command must follow is on ``lane``, else None."""
-    raw = waw = war = 0
+def _hazards_on(lane: Lane, reads, writes) -> tuple[int, int, int, int] | None:
+    """(RAW, WAW, WAR, covered) counts when every point the command must follow is on ``lane`` or
+    already covered by its clock (``covered``: those on other lanes, waits elided), else None."""
+    raw = waw = war = covered = 0
+    clock = lane.clock
     for b in reads:
         w = b.writer
         if w is not None:
             if w.lane is not lane:
-                return None
+                if clock.get(w.lane, 0) < w.seq:
+                    return None
+                covered += 1
             raw += 1
     for b in writes:
         w = b.writer
         if w is not None:
             if w.lane is not lane:
-                return None
+                if clock.get(w.lane, 0) < w.seq:
+                    return None
+                covered += 1
             waw += 1
         rd = b.readers
         if rd:
-            if len(rd) > 1 or lane not in rd:
-                return None
-            war += 1
-    return raw, waw, war
+            for rl, p in rd.items():
+                if rl is not lane:
+                    if clock.get(rl, 0) < p.seq:
+                        return None
+                    covered += 1
+                war += 1
+    return raw, waw, war, covered
 
 
 def _dup(dups: dict | None, lane: Lane) -> dict:
