@@ -11,6 +11,7 @@ import pytest
 from conftest import repeat_in_threads, run_threads
 
 import laneflow as lf
+from laneflow.graph import grouping
 from laneflow.runtime import handle_pool as hp
 
 gpu = pytest.mark.skipif(not lf.gpu_available(), reason="no usable GPU: laneflow's CUDA backend or an NVIDIA driver is missing")
@@ -192,6 +193,13 @@ def _gemms(rng, n=8):
 def _created(lib="cublasLt"):
     return lf.cuda.handle_stats()["handles_created"].get(lib, 0)
 
+
+
+@pytest.fixture(autouse=True)
+def _no_grouping(monkeypatch):
+    """These tests spread single GEMMs over lanes to exercise the handle pool; grouping would make
+    each batch of independent GEMMs one call (tests/test_grouping.py covers that path)."""
+    monkeypatch.setattr(grouping, "_enabled", False)
 
 @gpu
 def test_device_policy_uses_one_handle_whatever_the_lanes_and_streams(rng):

@@ -47,7 +47,8 @@ def test_independent_matmuls_become_one_command_and_match_numpy(grouped, rng, la
     X = [lf.array(x, stream=st) for x in xs]
     W = [lf.array(w, stream=st) for w in ws]
     lf.eval(*X, *W)
-    ys, n = _commands(lambda: lf.eval(*(ys := [X[i] @ W[i] for i in range(E)])) or ys)
+    with lf.stream(st):  # `@` runs on the current stream
+        ys, n = _commands(lambda: lf.eval(*(ys := [X[i] @ W[i] for i in range(E)])) or ys)
     assert n == 1
     for y, x, w in zip(ys, xs, ws):
         _close(y, x.astype(np.float64) @ w, K)
@@ -189,14 +190,17 @@ def test_compiled_functions_group_and_match_eager(grouped, rng):
 
     with lf.stream(grouped):
         X, W = [lf.array(v) for v in xs], [lf.array(v) for v in ws]
-        eager = [np.asarray(y) for y in experts.__wrapped__(X, W)] if hasattr(experts, "__wrapped__") else None
-        for _ in range(3):  # trace, commands, then (GPU) the captured graph
+        eager = [np.asarray(y) for y in experts.__wrapped__(X, W)]
+        for call in range(3):  # trace and commands, then (GPU) capture and replay the CUDA graph
             got = experts(X, W)
             for i, y in enumerate(got):
                 want = np.maximum(xs[i].astype(np.float64) @ ws[i], 0)
                 _close(y, want, 8)
-                if eager is not None:
+                if call == 0:  # the same commands as eager: the same bits
                     np.testing.assert_array_equal(np.asarray(y), eager[i])
+                else:  # inside a CUDA graph capture cuBLAS may pick another GEMM kernel (measured on
+                    # the H200: a 1-ulp difference in float32), so the graph matches eager to rounding
+                    np.testing.assert_allclose(np.asarray(y), eager[i], rtol=2e-6, atol=1e-6)
     steps = experts.stats()[0]["steps"]
     assert steps == 1 + E  # one group, E maximums
 
