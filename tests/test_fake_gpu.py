@@ -118,6 +118,31 @@ with lf.stream(s):
     ok = lf.take(xs, lf.arange(3, dtype=lf.int64))
     lf.eval(ok)                              # a slot left at zero: no error
     assert ok._data.buffer.checks is None
+
+    # a grouped matmul's outputs share one slab: one allocation, one free after the last output died
+    from laneflow.backends.cuda.memory import SlabArray
+    mem = s.lanes[0].ctx.memory
+    xs3 = [lf.array(np.ones((4, 8), np.float32)) for _ in range(3)]
+    lf.eval(*xs3)
+    outs = [x @ w for x in xs3]
+    lf.eval(*outs)
+    hs = [o._data.buffer.data for o in outs]
+    assert all(type(h) is SlabArray for h in hs) and len({id(h.slab) for h in hs}) == 1, hs
+    slab = hs[0].slab
+    assert slab.ptr and [h.ptr - slab.ptr for h in hs] == [0, 256, 512], [h.ptr for h in hs]
+    lf.eval(outs[1] + 1.0)                   # a reader on some lane: its point must reach the free
+    mem.collect()
+    before = len(mem.pending)
+    del outs[0]
+    gc.collect()
+    assert len(mem.pending) == before and slab.ptr, "freed while outputs were alive"
+    outs.clear()
+    gc.collect()
+    assert slab.ptr == 0 and len(mem.pending) == before + 1
+    ptr, writer, points = mem.pending[-1]
+    assert writer is None and len(points) >= 4, points   # three writes (one command) and the reader
+    lf.eval(lf.ones(3) + 1.0)                # the next command queues the free
+    assert ptr not in [p[0] for p in mem.pending] + [p[0] for p in mem.waiting]
 print("fake gpu ok")
 '''
 

@@ -102,12 +102,16 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
         if copy is not None:
             stream.encoder.encode(prim.name, copy, (), (buf,))
         return [buf]
-    out_bufs = []
-    for k, o in enumerate(outs):
-        if k == 0 and donated is not None:
-            out_bufs.append(donated)
-        else:
-            out_bufs.append(backend.allocate(o.device, o.shape, o.dtype, prim.name))
+    many = getattr(backend, "allocate_many", None) if len(outs) > 2 and donated is None else None
+    if many is not None:  # one allocation for all outputs (a grouped matmul's results)
+        out_bufs = many(outs[0].device, [(o.shape, o.dtype) for o in outs], prim.name)
+    else:
+        out_bufs = []
+        for k, o in enumerate(outs):
+            if k == 0 and donated is not None:
+                out_bufs.append(donated)
+            else:
+                out_bufs.append(backend.allocate(o.device, o.shape, o.dtype, prim.name))
     encode_call(prim, stream, in_bufs, [b.data for b in in_bufs], out_bufs, [b.data for b in out_bufs])
     return out_bufs
 

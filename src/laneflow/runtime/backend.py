@@ -37,6 +37,8 @@ class Backend:
         """Buffer for host data. Returns the buffer and, if a copy must run on a lane, its function."""
         raise NotImplementedError
 
+    # Optional: allocate_many(device, [(shape, dtype), ...], op) -> [Buffer]: the outputs of one
+    # command in one allocation (the CUDA backend: memory.Slab), used for commands with many outputs.
     # Optional, for compiled plans' static memory (graph/memory_plan.py); without them a replay
     # allocates every intermediate afresh:
     #   allocate_region(device, nbytes, op) -> Buffer        raw memory of one region

@@ -18,7 +18,7 @@ from .kernels import KERNELS
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
 from .matmul import GROUPED_DTYPES
-from .memory import DeviceArray, Memory, ViewArray
+from .memory import DeviceArray, Memory, ViewArray, slab_arrays
 
 
 class CUDABackend(Backend):
@@ -69,6 +69,12 @@ class CUDABackend(Backend):
         ctx = self.context(device.index)
         h = DeviceArray(ctx, shape, dtype)
         return Buffer(device, h.nbytes, h, ctx.memory.release)
+
+    def allocate_many(self, device: Any, specs: list, op: str) -> list[Buffer]:
+        """Buffers for the outputs of one command, in one allocation (``memory.Slab``)."""
+        ctx = self.context(device.index)
+        release = ctx.memory.release
+        return [Buffer(device, h.nbytes, h, release) for h in slab_arrays(ctx, specs)]
 
     def allocate_region(self, device: Any, nbytes: int, op: str) -> Buffer:
         """Raw memory for a compiled plan's region, usable on every lane at once."""

@@ -80,6 +80,50 @@ class ViewArray(DeviceArray):
         pass
 
 
+class Slab:
+    """One pool allocation shared by the outputs of one command (a grouped matmul's results), so a
+    command with many outputs costs one allocation and one free, not one of each per output.
+
+    Each output is a :class:`SlabArray` at an offset. The slab is allocated when the command's lane
+    allocates its first output, and freed after every output died and every lane that touched any
+    of them passed its last use: each dying output adds its points, and ``tokens.pop()`` (atomic)
+    returns 0 to exactly one of them, the last, which queues the free.
+    """
+
+    __slots__ = ("ptr", "nbytes", "tokens", "points")
+
+    def __init__(self, nbytes: int, count: int):
+        self.ptr = 0
+        self.nbytes = nbytes
+        self.tokens = list(range(count))
+        self.points: list = []
+
+
+class SlabArray(DeviceArray):
+    """An output living in a :class:`Slab`."""
+
+    __slots__ = ("slab", "offset")
+
+
+#: Offsets of a slab's outputs are aligned like the pool's own allocations.
+SLAB_ALIGN = 256
+
+
+def slab_arrays(ctx: DeviceContext, specs: list) -> list[SlabArray]:
+    """Handles for outputs ``specs`` (shape, dtype) sharing one :class:`Slab`."""
+    hs = []
+    off = 0
+    for shape, dtype in specs:
+        h = SlabArray(ctx, shape, dtype)
+        h.offset = off
+        off += -(-h.nbytes // SLAB_ALIGN) * SLAB_ALIGN
+        hs.append(h)
+    slab = Slab(off, len(hs))
+    for h in hs:
+        h.slab = slab
+    return hs
+
+
 class Memory:
     """The device's pool, the queue of pending frees, and OOM handling."""
 
@@ -112,6 +156,12 @@ class Memory:
     # -- allocation -------------------------------------------------------------------------------
     def allocate(self, h: DeviceArray, lane: Any, op: str) -> None:
         """Give ``h`` memory, stream-ordered on ``lane``. Raises OutOfMemoryError after one retry."""
+        if type(h) is SlabArray:
+            slab = h.slab
+            if not slab.ptr:
+                slab.ptr = self.raw_alloc(slab.nbytes, lane.stream, op)
+            h.ptr = slab.ptr + h.offset
+            return
         h.ptr = self.raw_alloc(h.nbytes, lane.stream, op)
 
     def raw_alloc(self, nbytes: int, stream: Any, op: str) -> int:
@@ -170,6 +220,17 @@ class Memory:
     def release(self, buf: Any) -> None:
         """Buffer death (any thread, maybe inside GC): queue the free for the next safe point."""
         h = buf.data
+        if type(h) is SlabArray:
+            slab = h.slab
+            w = buf.writer
+            if w is not None:
+                slab.points.append(w)
+            slab.points.extend(buf.readers.values())
+            h.ptr = 0
+            if slab.tokens.pop() == 0 and slab.ptr:  # the last output of the slab died
+                self.pending.append((slab.ptr, None, tuple(slab.points)))
+                slab.ptr = 0
+            return
         if h.ptr:
             self.pending.append((h.ptr, buf.writer, tuple(buf.readers.values())))
             h.ptr = 0
@@ -194,8 +255,7 @@ class Memory:
 
     def _free(self, ptr: int, writer: Any, readers: tuple) -> bool:
         """Enqueue the free of ptr after its last uses; False when a CPU lane still uses it."""
-        from .lanes import CudaLane
-
+        CudaLane = _cuda_lane()
         busy = []
         for p in (writer, *readers):
             if p is None:
@@ -223,6 +283,19 @@ class Memory:
                 check(cu.cuStreamWaitEvent(self.free_stream, ev, 0), "cuStreamWaitEvent (free)")
         self.raw_free(ptr, self.free_stream)
         return True
+
+
+_lane_class: Any = None
+
+
+def _cuda_lane() -> Any:
+    """``lanes.CudaLane`` (lanes.py imports this module, so the import waits until first use)."""
+    global _lane_class
+    if _lane_class is None:
+        from .lanes import CudaLane
+
+        _lane_class = CudaLane
+    return _lane_class
 
 
 def _try(fn, *args) -> None:
