@@ -22,7 +22,6 @@ and one command would serialise them).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from .node import ArrayData, Primitive
 
@@ -62,18 +61,6 @@ class Group:
         self.stream = members[0].stream
 
 
-def _key(d: ArrayData) -> Any:
-    a, b = d.inputs
-    sa, sb = a.shape, b.shape
-    if len(sa) < 2 or len(sb) != len(sa) or sa[:-2] != sb[:-2]:
-        return None
-    if a.dtype != d.dtype or b.dtype != d.dtype or sa[-1] == 0 or d.size == 0:
-        return None
-    if not d.stream.backend.groups_matmul(d.dtype):
-        return None
-    return (d.device, sa, sb, d.dtype)
-
-
 def group_matmuls(order: list[ArrayData]) -> list | None:
     """``order`` (inputs before users) as a list of nodes and :class:`Group` s, still inputs before
     users, or None when no two matmuls group (the caller then keeps ``order`` as it is).
@@ -84,44 +71,66 @@ def group_matmuls(order: list[ArrayData]) -> list | None:
     if not _enabled:
         return None
     cands: dict = {}
+    allowed: dict = {}  # (backend, dtype) -> does the backend group it
+    deep = False        # does any node take another pending node as input (levels above 0)?
     for d in order:
-        if d.prim is not None and d.prim.kind == "matmul":
-            k = _key(d)
-            if k is not None:
-                cands.setdefault(k, []).append(d)
+        if not deep:
+            for i in d.inputs:
+                if i.buffer is None:
+                    deep = True
+        if d.prim.kind != "matmul":
+            continue
+        a, b = d.inputs
+        sa, sb, dtype = a.shape, b.shape, d.dtype
+        if (len(sa) < 2 or len(sb) != len(sa) or sa[:-2] != sb[:-2] or a.dtype != dtype
+                or b.dtype != dtype or not sa[-1] or not d.size):
+            continue
+        backend = d.stream.backend
+        ok = allowed.get((id(backend), dtype))
+        if ok is None:
+            ok = allowed[(id(backend), dtype)] = backend.groups_matmul(dtype)
+        if ok:
+            dev = d.device
+            cands.setdefault((dev.type, dev.index, sa, sb, dtype), []).append(d)
     if not any(len(v) > 1 for v in cands.values()):
         return None
-    level: dict[int, int] = {}
-    for d in order:
-        lv = 0
-        for i in d.inputs:
-            li = level.get(id(i))
-            if li is not None and li >= lv:
-                lv = li + 1
-        level[id(d)] = lv
-    group_of: dict[int, Group] = {}
+    # Nodes are dictionary keys by identity (ArrayData does not define equality).
+    if deep:
+        level: dict = {}
+        for d in order:
+            lv = 0
+            for i in d.inputs:
+                li = level.get(i)
+                if li is not None and li >= lv:
+                    lv = li + 1
+            level[d] = lv
+    group_of: dict = {}
     for members in cands.values():
         if len(members) < 2:
             continue
-        by_level: dict[int, list] = {}
-        for d in members:
-            by_level.setdefault(level[id(d)], []).append(d)
-        for same in by_level.values():
+        if deep:
+            by_level: dict = {}
+            for d in members:
+                by_level.setdefault(level[d], []).append(d)
+            sets = by_level.values()
+        else:
+            sets = (members,)
+        for same in sets:
             for s in range(0, len(same), MAX_GROUP):
                 chunk = same[s:s + MAX_GROUP]
                 if len(chunk) > 1:
                     g = Group(chunk)
                     for d in chunk:
-                        group_of[id(d)] = g
+                        group_of[d] = g
     if not group_of:
         return None
     items: list = []
-    emitted: set[int] = set()
-    for d in sorted(order, key=lambda d: level[id(d)]):
-        g = group_of.get(id(d))
+    emitted: set = set()
+    for d in sorted(order, key=level.__getitem__) if deep else order:
+        g = group_of.get(d)
         if g is None:
             items.append(d)
-        elif id(g) not in emitted:
-            emitted.add(id(g))
+        elif g not in emitted:
+            emitted.add(g)
             items.append(g)
     return items

@@ -245,9 +245,12 @@ def matmul_group(lane, prim, ins, outs) -> None:
     isz = dtype.itemsize
     sa, sb, sc = M * K * isz, K * N * isz, M * N * isz
     # column-major view, as in `matmul`: C^T (N x M) = B^T (N x K) @ A^T (K x M)
-    pa = [b.ptr + j * sb for b in ins[n:] for j in range(batch)]
-    pb = [a.ptr + j * sa for a in ins[:n] for j in range(batch)]
-    pc = [c.ptr + j * sc for c in outs for j in range(batch)]
+    if batch == 1:
+        pa, pb, pc = [b.ptr for b in ins[n:]], [a.ptr for a in ins[:n]], [c.ptr for c in outs]
+    else:
+        pa = [b.ptr + j * sb for b in ins[n:] for j in range(batch)]
+        pb = [a.ptr + j * sa for a in ins[:n] for j in range(batch)]
+        pc = [c.ptr + j * sc for c in outs for j in range(batch)]
     ctx = lane.ctx
     lib = _lib(ctx)
     store = ctx.modules.get(("store_ptrs", _PTR_SLOTS), lambda: (_PTR_SRC, "lf_store_ptrs", "pi" + "Q" * _PTR_SLOTS))
@@ -261,8 +264,7 @@ def matmul_group(lane, prim, ins, outs) -> None:
         words = pa[s:s + cnt] + pb[s:s + cnt] + pc[s:s + cnt]
         arr = mem.raw_alloc(len(words) * 8, lane.stream, "matmul")
         try:
-            store.launch(lane.stream, (1, 1, 1), (_PTR_SLOTS, 1, 1),
-                         (arr, len(words), *words, *((0,) * (_PTR_SLOTS - len(words)))))
+            store.launch_prefix(lane.stream, (1, 1, 1), (_PTR_SLOTS, 1, 1), (arr, len(words), *words))
             with pool.use(lane) as (handle, _):
                 cb.gemm_batched_ex(handle, 0, 0, N, M, K, alpha.ctypes.data, arr, tid, N, arr + cnt * 8, tid, K,
                                    beta.ctypes.data, arr + 2 * cnt * 8, tid, N, cnt, compute, -1)

@@ -33,25 +33,13 @@ _DSIZE = {"D": 64}
 class Kernel:
     """A loaded kernel function with its parameter layout."""
 
-    __slots__ = ("fn", "name", "params", "_pack", "_block", "_argv", "_argv_addr", "_dims", "attrs")
+    __slots__ = ("fn", "name", "params", "_pack", "_block", "_argv", "_argv_addr", "_dims", "attrs", "_prefix")
 
     def __init__(self, fn: Any, name: str, params: str):
         self.fn = fn
         self.name = name
         self.params = params
-        fmt = "="
-        offsets = []
-        off = 0
-        for code in params:
-            f, align = _FMT[code]
-            size = _DSIZE.get(code, struct.calcsize("=" + f))
-            pad = (-off) % align
-            if pad:
-                fmt += f"{pad}x"
-                off += pad
-            offsets.append(off)
-            fmt += f
-            off += size
+        fmt, offsets = _layout(params)
         st = struct.Struct(fmt)
         self._pack = st.pack_into
         self._block = np.zeros(max(8, st.size), np.uint8)
@@ -60,6 +48,21 @@ class Kernel:
         self._argv_addr = self._argv.ctypes.data
         self._dims = [i for i, c in enumerate(params) if c == "D"]
         self.attrs: dict = {}
+        self._prefix: dict = {}
+
+    def launch_prefix(self, stream: Any, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
+        """Launch with only the first ``len(args)`` parameters packed; the rest of the block keeps
+        older bytes. For a kernel that reads a prefix of a long parameter list (``matmul_group``'s
+        pointer block), so a short call does not pack the whole list."""
+        pack = self._prefix.get(len(args))
+        if pack is None:
+            pack = self._prefix[len(args)] = struct.Struct(_layout(self.params[:len(args)])[0]).pack_into
+        pack(self._block, 0, *args)
+        gx, gy, gz = grid
+        bx, by, bz = block
+        err, = cu.cuLaunchKernel(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr, 0)
+        if err:
+            fail(err, f"launching {self.name}")
 
     def launch(self, stream: Any, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
         if self._dims:
@@ -79,6 +82,24 @@ class Kernel:
         err, = cu.cuLaunchKernel(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr, 0)
         if err:
             fail(err, f"launching {self.name}")
+
+
+def _layout(params: str) -> tuple[str, list[int]]:
+    """The struct format of a parameter block (C alignment of each parameter) and each one's offset."""
+    fmt = "="
+    offsets = []
+    off = 0
+    for code in params:
+        f, align = _FMT[code]
+        size = _DSIZE.get(code, struct.calcsize("=" + f))
+        pad = (-off) % align
+        if pad:
+            fmt += f"{pad}x"
+            off += pad
+        offsets.append(off)
+        fmt += f
+        off += size
+    return fmt, offsets
 
 
 class Modules:
