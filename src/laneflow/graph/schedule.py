@@ -10,6 +10,7 @@ from typing import Sequence
 
 from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
+from .fusion import FusedNode, fuse
 from .grouping import Group, group_matmuls
 from .node import ArrayData
 
@@ -50,15 +51,44 @@ def schedule(roots: Sequence[ArrayData]) -> None:
     """Submit every pending node needed by roots. Returns without waiting for the work."""
     with LOCK:
         order = toposort(roots)
-        items = group_matmuls(order) if len(order) > 1 else None
+        items = None
+        if len(order) > 1:
+            items = group_matmuls(order)
+            fused = fuse(order if items is None else items)
+            if fused is not None:
+                items = fused
         for d in order if items is None else items:
-            if type(d) is Group:
-                for m in d.members:
-                    if m.stream._closed:
-                        raise LaneflowError(f"matmul: its stream {m.stream} was closed before the op was evaluated")
-                _finish(d.members, submit(d.prim, d.stream, [i.buffer for i in d.inputs], d.members))
+            t = type(d)
+            if t is Group:
+                _schedule_group(d)
+            elif t is FusedNode:
+                _schedule_fused(d)
             elif d.buffer is None:  # a sibling may have produced it already
                 _schedule_one(d)
+
+
+def _check_open(members, op: str) -> None:
+    for m in members:
+        if m.stream._closed:
+            raise LaneflowError(f"{op}: its stream {m.stream} was closed before the op was evaluated")
+
+
+def _schedule_group(g: Group) -> None:
+    _check_open(g.members, "matmul")
+    _finish(g.members, submit(g.prim, g.stream, [i.buffer for i in g.inputs], g.members))
+
+
+def _schedule_fused(f: FusedNode) -> None:
+    """One kernel for the group; the absorbed nodes never get buffers (nothing can see them) and only
+    give up their inputs."""
+    _check_open(f.members, f.prim.name)
+    root = f.root
+    _finish((root,), submit(f.prim, f.stream, [i.buffer for i in f.inputs], (root,)))
+    for m in f.members:
+        if m is not root:
+            for i in m.inputs:
+                i.users -= 1
+            m.inputs = ()
 
 
 def _donor(d: ArrayData) -> ArrayData | None:

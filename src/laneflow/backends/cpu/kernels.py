@@ -71,6 +71,33 @@ def elementwise(lane, prim, ins, outs):
             np.copyto(out, SPECIAL[prim.fn](out.dtype, *args), casting="unsafe")
 
 
+class _Step:
+    """One step of a fused group as the elementwise kernel sees a primitive."""
+
+    __slots__ = ("fn", "operands")
+
+    def __init__(self, fn, operands):
+        self.fn, self.operands = fn, operands
+
+
+def fused(lane, prim, ins, outs):
+    """Elementwise steps of a fused group (graph/fusion.py), each rounded to its own dtype as the
+    unfused ops are. The CPU backend does not fuse by default; this runs when a test turns it on."""
+    vals = []
+    last = len(prim.steps) - 1
+    for j, (fn, operands, dtype) in enumerate(prim.steps):
+        arrays, ops = [], []
+        for o in operands:
+            if o.__class__ is int:
+                ops.append(len(arrays))
+                arrays.append(ins[o] if o >= 0 else vals[-o - 1])
+            else:
+                ops.append(o)
+        out = outs[0] if j == last else np.empty(outs[0].shape, dtype)
+        elementwise(lane, _Step(fn, tuple(ops)), arrays, (out,))
+        vals.append(out)
+
+
 def astype(lane, prim, ins, outs):
     with np.errstate(all="ignore"):
         np.copyto(outs[0], ins[0], casting="unsafe")
@@ -252,4 +279,4 @@ def copy(lane, prim, ins, outs):
 
 KERNELS = {name: fn for name, fn in globals().items()
            if callable(fn) and not name.startswith("_") and fn.__module__ == __name__
-           and name not in ("KERNELS",)}
+           and name not in ("KERNELS", "_Step")}

@@ -24,6 +24,8 @@ from .memory import DeviceArray, Memory, ViewArray, slab_arrays
 class CUDABackend(Backend):
     name = "gpu"
     host_view = False  # to_host copies: a host read does not pin the buffer
+    #: elementwise chains fuse into one kernel when graph/fusion.py is on (LANEFLOW_FUSE=1)
+    fuses_elementwise = True
     #: Lanes of a GPU stream when ``lanes=`` is not given. Four lets independent kernels and library
     #: calls overlap while the per-command host cost (one launch plus one event record) stays small.
     #: Not yet tuned by measurement (see docs/cuda-notes.md).

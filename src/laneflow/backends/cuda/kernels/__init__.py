@@ -11,6 +11,7 @@ from .. import matmul as _matmul
 from .. import solver as _linalg
 from . import copy as _copy
 from . import elementwise as _ew
+from . import fused as _fused
 from . import index as _index
 from . import random as _random
 from . import reduce as _reduce
@@ -18,6 +19,7 @@ from . import reduce as _reduce
 KERNELS = {
     "elementwise": _ew.elementwise,
     "astype": _ew.astype,
+    "fused": _fused.fused,
     "reduce": _reduce.reduce,
     "argreduce": _reduce.argreduce,
     "softmax": _reduce.softmax,

@@ -1,0 +1,147 @@
+"""Fusing chains of elementwise ops of one evaluation into one command (one generated kernel).
+
+Python host time, not the GPU, limits a chain of small elementwise ops: each op as its own command
+costs an allocation, a launch and an event record. At ``lf.eval`` this pass merges an elementwise
+node with the elementwise nodes that feed only it: a producer is absorbed when it is pending, has
+exactly one use (its consumer) and no user-visible array, has the shape of its consumer (no
+broadcasting inside a group), is not ``power`` (whose integer case has a host-side check) and the
+group stays within :data:`MAX_FUSE` ops. The group becomes one :class:`FusedNode` computing the root;
+its inputs are the group's external values.
+
+Results are those of the unfused ops, bit for bit: each step computes in its own loop dtype and is
+rounded to its own dtype, as if stored and loaded (the CUDA kernel keeps a barrier between steps so
+the compiler cannot contract a multiply of one step with an add of the next). The decision depends on
+the program alone (never on lanes or streams); a group runs on its root's stream.
+
+A backend opts in with ``Backend.fuses_elementwise``. The CPU backend does not (numpy runs each op as
+fast alone); the CUDA backend does when ``LANEFLOW_FUSE=1`` (off until the fused kernels have passed
+the GPU test suite and fuzzer; see docs/cuda-notes.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .node import ArrayData, Primitive
+
+#: Most ops in one fused kernel (a longer chain becomes several kernels that each compile once).
+MAX_FUSE = 32
+
+_enabled = os.environ.get("LANEFLOW_FUSE", "") == "1"
+
+
+def set_enabled(on: bool) -> None:
+    """Turn elementwise fusion on or off for this process (``LANEFLOW_FUSE=1`` at start-up)."""
+    global _enabled
+    _enabled = bool(on)
+
+
+class Fused(Primitive):
+    """Elementwise steps run as one kernel. ``steps[j] = (fn, operands, dtype)``: an operand is an
+    input index (``k >= 0``), an earlier step (``-(j + 1)``) or a :class:`~laneflow.ops.primitives.Scalar`;
+    the last step is the output."""
+
+    kind = "fused"
+
+    def __init__(self, steps: tuple, root_name: str):
+        super().__init__(f"{root_name} (fused with {len(steps) - 1} more)" if len(steps) > 1 else root_name)
+        self.steps = steps
+
+
+class FusedNode:
+    """One fused command in a schedule: the primitive, the node it produces and the absorbed ones."""
+
+    __slots__ = ("prim", "root", "members", "inputs", "stream")
+
+    def __init__(self, prim: Fused, root: ArrayData, members: list, inputs: list):
+        self.prim, self.root, self.members, self.inputs = prim, root, members, inputs
+        self.stream = root.stream
+
+
+def _fusible(d: ArrayData) -> bool:
+    p = d.prim
+    if p is None or p.kind != "elementwise" or p.fn == "power" or d.siblings is not None:
+        return False
+    shape = d.shape
+    for i in d.inputs:
+        if i.shape != shape:
+            return False
+    return True
+
+
+def fuse(items: list) -> list | None:
+    """``items`` (nodes and other schedule items, inputs before users) with elementwise groups
+    replaced by :class:`FusedNode` s, or None when nothing fuses."""
+    if not _enabled:
+        return None
+    cand = None
+    for d in items:
+        if type(d) is ArrayData and d.prim.kind == "elementwise":
+            backend = d.stream.backend
+            if getattr(backend, "fuses_elementwise", False):
+                cand = True
+                break
+    if cand is None:
+        return None
+    pos = {}
+    for k, d in enumerate(items):
+        if type(d) is ArrayData:
+            pos[d] = k
+    absorbed: set = set()
+    fused: dict = {}  # root -> FusedNode
+    for d in reversed(items):
+        if type(d) is not ArrayData or d in absorbed or not _fusible(d):
+            continue
+        if not getattr(d.stream.backend, "fuses_elementwise", False):
+            continue
+        members = [d]
+        stack = [d]
+        while stack and len(members) < MAX_FUSE:
+            m = stack.pop()
+            for i in m.inputs:
+                if (i.buffer is None and i.users == 1 and i.arrays == 0 and i in pos and i not in absorbed
+                        and i.device == d.device and _fusible(i) and len(members) < MAX_FUSE):
+                    absorbed.add(i)
+                    members.append(i)
+                    stack.append(i)
+        if len(members) > 1:
+            fused[d] = _build(d, members, pos)
+    if not fused:
+        return None
+    out = []
+    for d in items:
+        if type(d) is ArrayData:
+            if d in absorbed:
+                continue
+            f = fused.get(d)
+            if f is not None:
+                out.append(f)
+                continue
+        out.append(d)
+    return out
+
+
+def _build(root: ArrayData, members: list, pos: dict) -> FusedNode:
+    members.sort(key=pos.__getitem__)  # inputs before users
+    step_of = {m: j for j, m in enumerate(members)}
+    inputs: list = []
+    in_index: dict = {}
+    steps = []
+    for m in members:
+        ops = []
+        for o in m.prim.operands:
+            if o.__class__ is not int:
+                ops.append(o)  # a Scalar
+                continue
+            i = m.inputs[o]
+            j = step_of.get(i)
+            if j is not None:
+                ops.append(-(j + 1))
+            else:
+                k = in_index.get(i)
+                if k is None:
+                    k = in_index[i] = len(inputs)
+                    inputs.append(i)
+                ops.append(k)
+        steps.append((m.prim.fn, tuple(ops), m.dtype))
+    return FusedNode(Fused(tuple(steps), root.prim.name), root, members, inputs)

@@ -1,0 +1,211 @@
+"""Chains of elementwise ops of one evaluation run as one fused command (graph/fusion.py).
+
+Fusion is off by default (``LANEFLOW_FUSE=1`` turns it on); these tests turn it on, and on the CPU
+also let the CPU backend fuse, to check the shared pass and each backend's fused kernel. Fused
+results must equal the unfused ops bit for bit (and numpy), and the command count (lf.stats) shows
+whether a group formed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import laneflow as lf
+import test_fuzz as fuzz
+from laneflow.backends.cpu import CPUBackend
+from laneflow.graph import fusion
+from conftest import random_array
+
+
+@pytest.fixture
+def fused(device, monkeypatch):
+    monkeypatch.setattr(fusion, "_enabled", True)
+    if device.type == "cpu":
+        monkeypatch.setattr(CPUBackend, "fuses_elementwise", True, raising=False)
+    return device
+
+
+def _run(device, build, inputs, lanes=1):
+    """(host results, commands) of ``build(*arrays)`` evaluated at once on a new stream."""
+    st = lf.new_stream(device, lanes=lanes)
+    with lf.stream(st):
+        xs = [lf.array(x) for x in inputs]
+        lf.eval(*xs)
+        outs = build(*xs)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        lf.reset_stats()
+        lf.eval(*outs)
+        n = lf.stats()["commands"]
+        res = [np.asarray(o) for o in outs]
+    st.close()
+    return res, n
+
+
+def _unfused(device, build, inputs, monkeypatch):
+    monkeypatch.setattr(fusion, "_enabled", False)
+    try:
+        return _run(device, build, inputs)
+    finally:
+        monkeypatch.setattr(fusion, "_enabled", True)
+
+
+def test_a_chain_of_adds_is_one_command_per_max_fuse_ops(fused, rng, monkeypatch):
+    x = random_array(rng, (33,), np.float32)
+
+    def chain(a):
+        for _ in range(40):
+            a = a + 1.0
+        return a
+    (got,), n = _run(fused, chain, [x])
+    assert n == 2  # 32 ops, then 8
+    (want,), m = _unfused(fused, chain, [x], monkeypatch)
+    assert m == 40
+    np.testing.assert_array_equal(got, want)
+    ref = x.copy()
+    for _ in range(40):
+        ref = ref + np.float32(1.0)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, "bfloat16", np.float16])
+def test_mixed_float_steps_round_as_the_unfused_ops(fused, rng, dtype, monkeypatch):
+    dtype = np.dtype(lf.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    x, y = random_array(rng, (257,), dtype), random_array(rng, (257,), dtype)
+
+    def f(a, b):  # multiplies feeding adds (an FMA would change the bits), specials, a comparison
+        t = a * b + a
+        u = lf.tanh(t) * 0.5 - b * b
+        v = lf.maximum(u, a) / (lf.abs(b) + 1.0)
+        w = lf.where(v > 0.1, v, u)
+        return lf.exp(w * 0.25) + lf.sqrt(lf.abs(t))
+    (got,), n = _run(fused, f, [x, y])
+    (want,), m = _unfused(fused, f, [x, y], monkeypatch)
+    assert n < m
+    np.testing.assert_array_equal(got, want)
+
+
+def test_integer_and_comparison_steps(fused, rng, monkeypatch):
+    x = random_array(rng, (100,), np.int32)
+    y = random_array(rng, (100,), np.int32) | 1
+
+    def f(a, b):
+        q = (a * 7 + b) // b
+        r = (q - 3) % b
+        return [(r * 2 + 1) > 3, (a + 1) < 2**40, -(r + 2147483647)]  # a widening compare, a wrap
+    got, n = _run(fused, f, [x, y])
+    want, m = _unfused(fused, f, [x, y], monkeypatch)
+    assert n < m
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    with np.errstate(over="ignore"):
+        q = (x * 7 + y) // y
+        r = (q - 3) % y
+        np.testing.assert_array_equal(got[0], (r * 2 + 1) > 3)
+        np.testing.assert_array_equal(got[2], -(r + np.int32(2147483647)))
+
+
+def test_values_the_user_holds_or_shares_are_not_absorbed(fused, rng):
+    x = random_array(rng, (16,), np.float32)
+    st = lf.new_stream(fused, lanes=2)
+    with lf.stream(st):
+        a = lf.array(x)
+        lf.eval(a)
+        kept = a * 2.0           # held by the user: computed and kept
+        shared = kept + 1.0      # used twice: kept as a value
+        out1 = shared * 3.0
+        out2 = shared - 4.0
+        lf.reset_stats()
+        lf.eval(out1, out2, kept)
+        n = lf.stats()["commands"]
+        np.testing.assert_array_equal(np.asarray(kept), x * np.float32(2))
+        np.testing.assert_array_equal(np.asarray(out1), (x * np.float32(2) + np.float32(1)) * np.float32(3))
+        np.testing.assert_array_equal(np.asarray(out2), (x * np.float32(2) + np.float32(1)) - np.float32(4))
+    assert n == 4  # nothing fuses: every intermediate is held or shared
+    st.close()
+
+
+def test_broadcasting_and_power_stay_separate(fused, rng):
+    col, row = random_array(rng, (4, 1), np.float64), random_array(rng, (1, 5), np.float64)
+
+    def f(c, r):
+        return (c * 2.0 + r) ** 2 + 1.0
+    (got,), n = _run(fused, f, [col, row])
+    np.testing.assert_allclose(got, (col * 2.0 + row) ** 2 + 1.0, rtol=1e-15)
+    assert n == 4  # c*2 (4x1); + r broadcasts; the power stays alone; so + 1.0 has nothing to absorb
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_many_independent_chains_fuse_each_and_match_numpy(fused, rng, lanes):
+    xs = [random_array(rng, (64,), np.float32) for _ in range(6)]
+
+    def f(*a):
+        return [lf.sin(v) * 2.0 + lf.cos(v) for v in a]
+    got, n = _run(fused, f, xs, lanes=lanes)
+    assert n == 6
+    for g, x in zip(got, xs):
+        want = np.sin(x) * np.float32(2) + np.cos(x)
+        np.testing.assert_allclose(g, want, rtol=2e-6, atol=2e-6)
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(prog=fuzz.program)
+def test_fuzzed_programs_with_fusion_match_numpy_on_one_lane_and_many(fused, prog):
+    fuzz.check_program(prog, fused)
+
+
+_UNARY = ["negative", "abs", "exp", "tanh", "sin", "sqrt_abs", "square", "sigmoid"]
+_BINARY = ["add", "subtract", "multiply", "maximum", "minimum", "divide_safe", "greater"]
+
+
+def _random_tree(r: np.random.Generator, depth: int, n_inputs: int, integer: bool):
+    """A random expression: ("in", k), (unary, child), (binary, left, right) or (binary, child, scalar)."""
+    if depth == 0 or r.random() < 0.15:
+        return ("in", int(r.integers(0, n_inputs)))
+    if r.random() < 0.35 and not integer:
+        return (str(r.choice(_UNARY)), _random_tree(r, depth - 1, n_inputs, integer))
+    op = str(r.choice(_BINARY[:5] if integer else _BINARY))
+    left = _random_tree(r, depth - 1, n_inputs, integer)
+    if r.random() < 0.4:
+        scalar = int(r.integers(-3, 4)) if integer or r.random() < 0.3 else float(r.uniform(-2, 2))
+        return (op, left, scalar)
+    return (op, left, _random_tree(r, depth - 1, n_inputs, integer))
+
+
+def _evaluate(tree, xs):
+    kind = tree[0]
+    if kind == "in":
+        return xs[tree[1]]
+    if len(tree) == 2:
+        a = _evaluate(tree[1], xs)
+        if kind == "sqrt_abs":
+            return lf.sqrt(lf.abs(a))
+        return getattr(lf, kind)(a)
+    a = _evaluate(tree[1], xs)
+    b = tree[2] if not isinstance(tree[2], tuple) else _evaluate(tree[2], xs)
+    if kind == "divide_safe":
+        return a / (lf.abs(b) + 1.0) if not isinstance(b, (int, float)) else a / (abs(b) + 1.0)
+    if kind == "greater":
+        return lf.where(lf.greater(a, b), a, b) if not isinstance(b, (int, float)) else lf.maximum(a, b)
+    return getattr(lf, kind)(a, b)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_expression_trees_fused_equal_unfused_bit_for_bit(fused, seed, monkeypatch):
+    r = np.random.default_rng(seed)
+    dtype = [np.float32, np.float64, np.dtype(lf.bfloat16), np.int32][seed % 4]
+    integer = dtype == np.int32
+    trees = [_random_tree(r, 6, 3, integer) for _ in range(3)]
+    inputs = [random_array(r, (300,), dtype) for _ in range(3)]
+
+    def build(*xs):
+        return [_evaluate(t, xs) for t in trees]
+    with np.errstate(all="ignore"):
+        got, n = _run(fused, build, inputs, lanes=3)
+        want, m = _unfused(fused, build, inputs, monkeypatch)
+    assert n <= m
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
