@@ -209,3 +209,23 @@ def test_random_expression_trees_fused_equal_unfused_bit_for_bit(fused, seed, mo
     assert n <= m
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_compiled_functions_fuse_like_eager(fused, rng):
+    x, y = random_array(rng, (50,), np.float32), random_array(rng, (50,), np.float32)
+
+    def f(a, b):
+        t = a * b + 1.0
+        return lf.tanh(t) * a - b, (t * t).sum()
+
+    g = lf.compile(f)
+    with lf.stream(fused):
+        A, B = lf.array(x), lf.array(y)
+        eager = f(A, B)
+        lf.eval(*eager)
+        for _ in range(3):  # trace and commands, then (GPU) capture and replay
+            got = g(A, B)
+            np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(eager[0]))
+            np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(eager[1]))
+    steps = g.stats()[0]["steps"]
+    assert steps == 4  # t = a*b + 1 (fused; used twice, so kept), tanh(t)*a - b (fused), t*t, the sum

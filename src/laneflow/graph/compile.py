@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import LaneflowError
+from .fusion import FusedNode, fuse
 from .grouping import Group, group_matmuls
 from .memory_plan import Value, plan_memory
 from .node import ArrayData, Primitive
@@ -277,7 +278,10 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
     steps = []
     n_slots = 0
     todo = [d for d in order if id(d) in depends and d.prim.kind != "placeholder"]
-    items = group_matmuls(todo)
+    items = group_matmuls(todo)  # the same passes as eager evaluation, so the same kernels run
+    fused = fuse(todo if items is None else items)
+    if fused is not None:
+        items = fused
     for d in todo if items is None else items:
         if id(d) in places:
             continue  # a sibling produced it already
@@ -288,7 +292,8 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
                 i.arrays += 1  # a captured value: the plan holds it, so it is never reused in place
                 p = ("const", i)
             srcs.append(p)
-        outs = d.members if type(d) is Group else (d.siblings or (d,))
+        t = type(d)
+        outs = d.members if t is Group else (d.root,) if t is FusedNode else (d.siblings or (d,))
         first = n_slots
         for o in outs:
             places[id(o)] = ("slot", n_slots)
