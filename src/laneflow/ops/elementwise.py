@@ -8,10 +8,12 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
+from ..streams import current_stream
 from .core import broadcast_shapes, cast, describe, node, operand, stream_of, to_stream
 from .primitives import Elementwise, Scalar
 
 _PY_SCALARS = (bool, int, float)
+_FLOATS = frozenset((dt.float16, dt.bfloat16, dt.float32, dt.float64))
 #: (op, ufunc, forced result, operand dtypes/scalar types) -> (result dtype, common operand dtype)
 _SIGNATURES: dict = {}
 
@@ -85,8 +87,27 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
 
 
 def _binary(name: str, npname: str | None = None):
+    ufunc = getattr(np, npname or name)
+
     def op(a: Any, b: Any, /, *, stream: Any = None) -> Array:
-        return apply(name, (a, b), stream, fn=name, infer_with=getattr(np, npname or name))
+        if stream is None and a.__class__ is Array:
+            # The common case without the general machinery: an array with a float scalar, or with
+            # an array of its shape, on the current stream's device, a signature seen before.
+            st = current_stream()
+            d = a._data
+            if d.device is st.device or d.device == st.device:
+                bc = b.__class__
+                if bc is float or (bc is int and d.dtype in _FLOATS):  # an int fits any float dtype
+                    hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, bc)))
+                    if hit is not None and hit[1] is None:
+                        return node(Elementwise(name, name, (0, Scalar(b))), (d,), d.shape, hit[0], st)
+                elif bc is Array:
+                    e = b._data
+                    if e.shape == d.shape and (e.device is d.device or e.device == d.device):
+                        hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, e.dtype)))
+                        if hit is not None and hit[1] is None:
+                            return node(Elementwise(name, name, (0, 1)), (d, e), d.shape, hit[0], st)
+        return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise ``{name}`` with broadcasting (numpy's ``np.{npname or name}``)."
@@ -94,8 +115,17 @@ def _binary(name: str, npname: str | None = None):
 
 
 def _unary(name: str, npname: str | None = None):
+    ufunc = getattr(np, npname or name)
+
     def op(x: Any, /, *, stream: Any = None) -> Array:
-        return apply(name, (x,), stream, fn=name, infer_with=getattr(np, npname or name))
+        if stream is None and x.__class__ is Array:  # as in _binary: a signature seen before
+            st = current_stream()
+            d = x._data
+            if d.device is st.device or d.device == st.device:
+                hit = _SIGNATURES.get((name, ufunc, None, (d.dtype,)))
+                if hit is not None and hit[1] is None:
+                    return node(Elementwise(name, name, (0,)), (d,), d.shape, hit[0], st)
+        return apply(name, (x,), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise ``{name}`` (numpy's ``np.{npname or name}``)."
