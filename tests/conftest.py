@@ -46,6 +46,14 @@ def cpu_default_device():
 
 
 @pytest.fixture
+def no_fusion(monkeypatch):
+    """Elementwise fusion off (graph/fusion.py): for tests that count commands or trace events per op."""
+    from laneflow.graph import fusion
+
+    monkeypatch.setattr(fusion, "_enabled", False)
+
+
+@pytest.fixture
 def rng() -> np.random.Generator:
     seed = int(os.environ.get("LANEFLOW_TEST_SEED", secrets.randbits(32)))
     print(f"LANEFLOW_TEST_SEED={seed}")

@@ -35,7 +35,7 @@ def test_compiled_equals_eager_and_traces_once(device, rng):
             assert a.item() == b.item()
 
 
-def test_replay_submits_only_the_recorded_commands(device, rng):
+def test_replay_submits_only_the_recorded_commands(device, rng, no_fusion):
     with lf.stream(device):
         f = lf.compile(lambda a, b: lf.exp(a) + lf.sin(b) * 2.0)
         a, b = lf.array(rng.standard_normal(32)), lf.array(rng.standard_normal(32))
@@ -226,7 +226,7 @@ def test_arrays_created_inside_the_function_may_be_assigned_into(device):
         assert captured.tolist() == [5.0, 6.0]
 
 
-def test_intermediates_live_in_a_static_arena_sized_by_liveness(rng):
+def test_intermediates_live_in_a_static_arena_sized_by_liveness(rng, no_fusion):
     with lf.stream(lf.new_stream(lf.cpu, lanes=2)):
         def chain(x):
             for _ in range(20):

@@ -1,7 +1,7 @@
 """Chains of elementwise ops of one evaluation run as one fused command (graph/fusion.py).
 
-Fusion is off by default (``LANEFLOW_FUSE=1`` turns it on); these tests turn it on, and on the CPU
-also let the CPU backend fuse, to check the shared pass and each backend's fused kernel. Fused
+The CPU backend fuses by default, the GPU only with ``LANEFLOW_FUSE=1`` for now; these tests turn
+fusion on for the backend under test, to check the shared pass and each backend's fused kernel. Fused
 results must equal the unfused ops bit for bit (and numpy), and the command count (lf.stats) shows
 whether a group formed.
 """
@@ -14,16 +14,16 @@ from hypothesis import HealthCheck, given, settings
 
 import laneflow as lf
 import test_fuzz as fuzz
-from laneflow.backends.cpu import CPUBackend
+from laneflow.streams import backend_for
 from laneflow.graph import fusion
 from conftest import random_array
 
 
 @pytest.fixture
 def fused(device, monkeypatch):
+    """``device`` with fusion on (the GPU fuses only with LANEFLOW_FUSE=1 by default)."""
     monkeypatch.setattr(fusion, "_enabled", True)
-    if device.type == "cpu":
-        monkeypatch.setattr(CPUBackend, "fuses_elementwise", True, raising=False)
+    monkeypatch.setattr(type(backend_for(device)), "fuses_elementwise", True)
     return device
 
 

@@ -17,6 +17,11 @@ from laneflow.graph import grouping
 from conftest import random_array
 
 
+@pytest.fixture(autouse=True)
+def _count_matmuls_only(no_fusion):
+    """Command counts here are about matmul groups: elementwise fusion off."""
+
+
 FLOATS = (lf.float16, lf.bfloat16, lf.float32, lf.float64)
 
 

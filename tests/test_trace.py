@@ -11,6 +11,11 @@ import pytest
 import laneflow as lf
 from laneflow.runtime import tracing
 
+
+@pytest.fixture(autouse=True)
+def _one_command_per_op(no_fusion):
+    """These tests count trace events per op: fusion off."""
+
 pytestmark = pytest.mark.usefixtures("cpu_default_device")  # these tests are about CPU lanes
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import laneflow as lf
+from laneflow.streams import backend_for
 
 from .harness import Case, Impl, Result, laneflow_timer, skipped
 
@@ -58,6 +59,30 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
                 note=note, close=stream.close)
 
 
+def fused(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
+          to_host: Callable = host) -> Impl:
+    """``eager`` with elementwise fusion turned on for its runs (graph/fusion.py; off by default on the
+    GPU until the fused kernels have passed the GPU suite), so one run compares both."""
+    from ..graph import fusion
+
+    impl = eager(case, device, program, inputs, lanes, to_host=to_host, label="laneflow eager, fused")
+    run = impl.run
+    cls = type(backend_for(device))
+
+    def fused_run():
+        was, was_cls = fusion._enabled, cls.__dict__.get("fuses_elementwise")
+        fusion.set_enabled(True)
+        cls.fuses_elementwise = True
+        try:
+            return run()
+        finally:
+            fusion.set_enabled(was)
+            cls.fuses_elementwise = was_cls
+
+    impl.run = fused_run
+    return impl
+
+
 def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
              to_host: Callable = host) -> Impl | Result:
     if not hasattr(lf, "compile"):
@@ -76,8 +101,10 @@ def guard(case: Case, label: str, lanes: int | None, make: Callable[[], Impl | R
 
 
 def modes(case: Case, device: Any, lanes: int, program: Callable, inputs: Sequence[np.ndarray], *,
-          to_host: Callable = host) -> list[Impl | Result]:
-    """The standard laneflow rows: eager 1 lane, eager ``lanes`` lanes, compiled on ``lanes`` lanes."""
+          to_host: Callable = host, fused_row: bool = False) -> list[Impl | Result]:
+    """The standard laneflow rows: eager 1 lane, eager ``lanes`` lanes, compiled on ``lanes`` lanes;
+    with ``fused_row``, also eager on 1 lane with elementwise fusion on, where the backend does not
+    fuse by default (the GPU, for now)."""
     why = unavailable(device)
     if why is not None:
         return [skipped(case, "laneflow", why)]
@@ -86,6 +113,9 @@ def modes(case: Case, device: Any, lanes: int, program: Callable, inputs: Sequen
     if lanes > 1:
         out.append(guard(case, "laneflow eager", lanes,
                          lambda: eager(case, device, program, inputs, lanes, to_host=to_host)))
+    if fused_row and device.type == "gpu" and not backend_for(device).fuses_elementwise:
+        out.append(guard(case, "laneflow eager, fused", 1,
+                         lambda: fused(case, device, program, inputs, 1, to_host=to_host)))
     out.append(guard(case, "laneflow compiled", lanes,
                      lambda: compiled(case, device, program, inputs, lanes, to_host=to_host)))
     return out

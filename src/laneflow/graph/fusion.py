@@ -13,9 +13,10 @@ rounded to its own dtype, as if stored and loaded (the CUDA kernel keeps a barri
 the compiler cannot contract a multiply of one step with an add of the next). The decision depends on
 the program alone (never on lanes or streams); a group runs on its root's stream.
 
-A backend opts in with ``Backend.fuses_elementwise``. The CPU backend does not (numpy runs each op as
-fast alone); the CUDA backend does when ``LANEFLOW_FUSE=1`` (off until the fused kernels have passed
-the GPU test suite and fuzzer; see docs/cuda-notes.md).
+A backend opts in with ``Backend.fuses_elementwise``. The CPU backend does (it saves the per-command
+host cost; numpy still runs each step). The CUDA backend does only with ``LANEFLOW_FUSE=1`` until its
+generated kernels have passed the GPU test suite and fuzzer (see docs/cuda-notes.md).
+``LANEFLOW_FUSE=0`` turns fusion off everywhere.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from .node import ArrayData, Primitive
 #: Most ops in one fused kernel (a longer chain becomes several kernels that each compile once).
 MAX_FUSE = 32
 
-_enabled = os.environ.get("LANEFLOW_FUSE", "") == "1"
+_enabled = os.environ.get("LANEFLOW_FUSE", "") != "0"
 
 
 def set_enabled(on: bool) -> None:
-    """Turn elementwise fusion on or off for this process (``LANEFLOW_FUSE=1`` at start-up)."""
+    """Turn elementwise fusion on or off for this process (``LANEFLOW_FUSE=0`` at start-up: off)."""
     global _enabled
     _enabled = bool(on)
 

@@ -47,6 +47,10 @@ class Backend:
     #   graph_plan(plan, stream) -> object with run(datas, stream) -> {slot: Buffer} and stats();
     #   it raises when the plan cannot become one, and the plan then replays its commands.
 
+    #: Whether chains of elementwise ops fuse into one command (kernel kind ``"fused"``; see
+    #: :mod:`laneflow.graph.fusion`).
+    fuses_elementwise: bool = False
+
     def groups_matmul(self, dtype: np.dtype) -> bool:
         """Whether independent same-shape matmuls of ``dtype`` should run as one grouped command
         (kernel kind ``"matmul_group"``; see :mod:`laneflow.graph.grouping`)."""

@@ -61,41 +61,31 @@ SPECIAL = {
 
 
 def elementwise(lane, prim, ins, outs):
-    out = outs[0]
     args = [ins[o] if o.__class__ is int else o.value for o in prim.operands]
     with np.errstate(all="ignore"):
-        f = UFUNCS.get(prim.fn)
-        if f is not None:
-            f(*args, out=out, casting="unsafe")
-        else:
-            np.copyto(out, SPECIAL[prim.fn](out.dtype, *args), casting="unsafe")
+        _apply(prim.fn, args, outs[0])
 
 
-class _Step:
-    """One step of a fused group as the elementwise kernel sees a primitive."""
-
-    __slots__ = ("fn", "operands")
-
-    def __init__(self, fn, operands):
-        self.fn, self.operands = fn, operands
+def _apply(fn, args, out):
+    f = UFUNCS.get(fn)
+    if f is not None:
+        f(*args, out=out, casting="unsafe")
+    else:
+        np.copyto(out, SPECIAL[fn](out.dtype, *args), casting="unsafe")
 
 
 def fused(lane, prim, ins, outs):
-    """Elementwise steps of a fused group (graph/fusion.py), each rounded to its own dtype as the
-    unfused ops are. The CPU backend does not fuse by default; this runs when a test turns it on."""
+    """Elementwise steps of a fused group (graph/fusion.py) in one command, each computed and rounded
+    in its own dtype as the unfused op is, so results are the same bits."""
     vals = []
     last = len(prim.steps) - 1
-    for j, (fn, operands, dtype) in enumerate(prim.steps):
-        arrays, ops = [], []
-        for o in operands:
-            if o.__class__ is int:
-                ops.append(len(arrays))
-                arrays.append(ins[o] if o >= 0 else vals[-o - 1])
-            else:
-                ops.append(o)
-        out = outs[0] if j == last else np.empty(outs[0].shape, dtype)
-        elementwise(lane, _Step(fn, tuple(ops)), arrays, (out,))
-        vals.append(out)
+    shape = outs[0].shape
+    with np.errstate(all="ignore"):
+        for j, (fn, operands, dtype) in enumerate(prim.steps):
+            args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
+            out = outs[0] if j == last else np.empty(shape, dtype)
+            _apply(fn, args, out)
+            vals.append(out)
 
 
 def astype(lane, prim, ins, outs):
@@ -279,4 +269,4 @@ def copy(lane, prim, ins, outs):
 
 KERNELS = {name: fn for name, fn in globals().items()
            if callable(fn) and not name.startswith("_") and fn.__module__ == __name__
-           and name not in ("KERNELS", "_Step")}
+           and name not in ("KERNELS",)}

@@ -22,7 +22,7 @@ def run(ctx):
     case = Case("dispatch", f"chain of {n} tiny adds (16 float32)", {"x": x}, x + np.float32(n),
                 bytes=n * 2 * x.nbytes, flops=n * x.size, items=n, item_name="op", params={"n": n})
     chain = chain_program(n)
-    rows = lfi.modes(case, ctx.device, ctx.lanes, chain, [x])
+    rows = lfi.modes(case, ctx.device, ctx.lanes, chain, [x], fused_row=True)
     if lfi.unavailable(ctx.device) is None:
         rows += [lfi.guard(case, "laneflow eval each op", 1, lambda: _eval_each(case, ctx.device, n, x)),
                  lfi.guard(case, "laneflow eager, tracing on", 1, lambda: _traced(case, ctx.device, chain, x)),

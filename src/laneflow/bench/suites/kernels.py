@@ -30,4 +30,4 @@ def run(ctx):
 
     def program(a, b, c):
         return [a * b + c, lf.exp(a), lf.sum(b), lf.softmax(c.reshape(rows, cols), axis=-1)]
-    return ctx.run_case(case, "kernels", lfi.modes(case, ctx.device, ctx.lanes, program, [a, b, c]))
+    return ctx.run_case(case, "kernels", lfi.modes(case, ctx.device, ctx.lanes, program, [a, b, c], fused_row=True))
