@@ -380,7 +380,9 @@ def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
             raise CompileError(f"compile: the current stream {stream} was closed; call the function on an open "
                                "stream")
         datas = [a._data for a in leaves]
-        _sched.schedule([d for d in datas if d.buffer is None])
+        pending = [d for d in datas if d.buffer is None]
+        if pending:
+            _sched.schedule(pending)
         slots: list = [None] * plan.n_slots
         plan.calls += 1
         unit = plan.unit if plan.unit is not None or plan.calls < 2 else _unit(plan, stream)

@@ -18,7 +18,13 @@ _FAST = frozenset((dt.float16, dt.bfloat16, dt.float32, dt.float64))
 def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     """Matrix product; leading dimensions broadcast as batches. float16/bfloat16 accumulate in float32."""
     st = stream_of(stream, "matmul")
-    x, y = operand(a, st, "matmul"), operand(b, st, "matmul")
+    if a.__class__ is Array and b.__class__ is Array:
+        x, y = a._data, b._data
+        device = st.device
+        if (x.device is not device and x.device != device) or (y.device is not device and y.device != device):
+            x, y = operand(a, st, "matmul"), operand(b, st, "matmul")
+    else:
+        x, y = operand(a, st, "matmul"), operand(b, st, "matmul")
     if not x.shape or not y.shape:
         raise ValueError(f"matmul: operands must be at least 1-D, got {describe(x, y)}")
     xs, ys = x.shape, y.shape
