@@ -87,7 +87,19 @@ def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.nda
              to_host: Callable = host) -> Impl | Result:
     if not hasattr(lf, "compile"):
         return skipped(case, "laneflow compiled", "lf.compile not available yet", lanes)
-    return eager(case, device, lf.compile(program), inputs, lanes, to_host=to_host, label="laneflow compiled")
+    f = lf.compile(program)
+    impl = eager(case, device, f, inputs, lanes, to_host=to_host, label="laneflow compiled")
+
+    def to_host_with_stats(out, convert=impl.to_host):
+        # after timing (the check converts the output): how the calls ran, for the JSON
+        st = f.stats()
+        if st:
+            keep = ("mode", "steps", "nodes", "branches", "captures", "evacuated", "staged_args", "note")
+            impl.extra["compiled"] = {k: v for k, v in st[0].items() if k in keep and v not in ("", None)}
+        return convert(out)
+
+    impl.to_host = to_host_with_stats
+    return impl
 
 
 def guard(case: Case, label: str, lanes: int | None, make: Callable[[], Impl | Result]) -> Impl | Result:
