@@ -272,3 +272,39 @@ def test_a_one_lane_stream_reports_no_waits_at_all(rng):
     st = lf.stats()
     assert st["waits_emitted"] == 0 and st["waits_elided"] == 0 and st["same_lane_deps"] > 0
     s.close()
+
+
+def test_sticky_policy_keeps_idle_work_on_one_lane_and_greedy_rotates(rng):
+    x = rng.standard_normal(8)
+    lanes_used = {}
+    for policy in ("greedy", "sticky"):
+        s = lf.new_stream(lf.cpu, lanes=4, policy=policy)
+        a = lf.array(x, stream=s)
+        lf.eval(a)
+        outs = []
+        for k in range(6):  # independent commands, each submitted when every lane is idle
+            s.synchronize()
+            y = lf.multiply(a, float(k), stream=s)
+            lf.eval(y)
+            outs.append(y)
+        lanes_used[policy] = {o._data.buffer.writer.lane.index for o in outs}
+        for k, o in enumerate(outs):
+            np.testing.assert_array_equal(np.asarray(o), x * float(k))
+        s.close()
+    assert len(lanes_used["sticky"]) == 1
+    assert len(lanes_used["greedy"]) > 1
+
+
+def test_sticky_policy_still_spreads_work_that_keeps_lanes_busy():
+    s = lf.new_stream(lf.cpu, lanes=2, policy="sticky")
+    with lf.testing.inject_delays(fixed=0.02):  # every command keeps its lane busy for 20 ms
+        a = lf.array(np.ones(4), stream=s)
+        ys = [lf.multiply(a, float(k), stream=s) for k in range(4)]
+        lf.eval(*ys)
+    assert len({y._data.buffer.writer.lane.index for y in ys}) == 2
+    s.close()
+
+
+def test_unknown_lane_policy_is_refused():
+    with pytest.raises(ValueError, match="unknown lane policy 'fastest'"):
+        lf.new_stream(lf.cpu, lanes=2, policy="fastest")

@@ -16,6 +16,7 @@ pytest's ``--fuzz-programs``) sets the number of programs (default 300; e.g. 100
 from __future__ import annotations
 
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -243,3 +244,12 @@ def test_fuzzer_catches_a_missing_wait(monkeypatch):
             for a, r in zip(pool.lf, pool.np):
                 np.testing.assert_array_equal(np.array(a), r)
             streams[0].close()
+
+
+@settings(max_examples=max(20, PROGRAMS // 10), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.data_too_large])
+@given(prog=program)
+def test_random_programs_with_the_sticky_lane_policy(device, prog):
+    with mock.patch.dict(os.environ, {"LANEFLOW_LANE_POLICY": "sticky"}):
+        check_program(prog, device)

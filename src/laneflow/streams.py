@@ -11,6 +11,7 @@ Decisions (documented in the README):
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -18,6 +19,7 @@ from typing import Any, Iterator
 from .device import Device, as_device, cpu, gpu
 from .graph.schedule import LOCK
 from .runtime.backend import Backend
+from .runtime.encoder import POLICIES
 from .runtime.stream import Stream, live_streams
 
 _backends: dict[str, Backend] = {}
@@ -82,8 +84,14 @@ def _check_lanes(lanes: Any, what: str) -> None:
         raise ValueError(f"{what}: lanes must be an int from 1 to 64, got {lanes!r}")
 
 
-def new_stream(device: Device | str | None = None, lanes: int | None = None) -> Stream:
+def new_stream(device: Device | str | None = None, lanes: int | None = None, *,
+               policy: str | None = None) -> Stream:
     """A new stream on ``device`` with ``lanes`` lanes (default: the backend's measured default).
+
+    ``policy`` picks how commands are placed on lanes: ``"greedy"`` (the default: a single producer's
+    lane, else the least loaded lane, ties rotating) or ``"sticky"`` (the same, but an idle lane is
+    reused rather than rotating, which avoids cross-lane waits when the host is the bottleneck);
+    ``LANEFLOW_LANE_POLICY`` sets the default. Results never depend on the policy.
 
     >>> s = lf.new_stream(lf.cpu, lanes=4)
     >>> y = lf.exp(x, stream=s)
@@ -93,7 +101,11 @@ def new_stream(device: Device | str | None = None, lanes: int | None = None) -> 
     if lanes is None:
         lanes = b.default_lanes
     _check_lanes(lanes, "new_stream")
-    return Stream(d, b, lanes)
+    name = policy if policy is not None else os.environ.get("LANEFLOW_LANE_POLICY", "greedy")
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise ValueError(f"new_stream: unknown lane policy {name!r}; expected one of {', '.join(POLICIES)}")
+    return Stream(d, b, lanes, cls())
 
 
 def default_stream(device: Device | str | None = None) -> Stream:
