@@ -179,15 +179,20 @@ def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_
                 offs += f"    {{ {idx_t} c_ = rem_;"
             offs += "".join(f" o{k} += (long long)c_ * st{k}.v[{d}];" for k in strided) + " }\n"
         offs += "  }\n"
-    # Four elements per thread and trip, one grid-stride apart: independent loads in flight
-    # (the pointers are __restrict__, so the compiler may hoist them above earlier stores).
-    src = (f'extern "C" __global__ void __launch_bounds__(256) {name}({", ".join(sig)}) {{\n'
-           f"  const {idx_t} stride = ({idx_t})blockDim.x * gridDim.x;\n"
-           f"  for ({idx_t} b_ = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; b_ < ({idx_t})n; b_ += 4 * stride) {{\n"
-           f"  #pragma unroll\n  for (int u_ = 0; u_ < 4; ++u_) {{\n"
-           f"  const {idx_t} i = b_ + u_ * stride;\n  if (i < ({idx_t})n) {{\n"
-           f"{offs}{''.join(body)}  out[i] = {store};\n  }}\n  }}\n  }}\n}}\n")
+    src = grid_loop(name, sig, idx_t, f"{offs}{''.join(body)}  out[i] = {store};\n")
     return src, name, "".join(params)
+
+
+def grid_loop(name: str, sig: list, idx_t: str, body: str) -> str:
+    """A kernel running ``body`` for each index ``i < n``: four elements per thread and trip, one
+    grid-stride apart, so independent loads are in flight (the pointers are __restrict__, so the
+    compiler may hoist them above earlier stores). Shared by the elementwise and fused kernels."""
+    return (f'extern "C" __global__ void __launch_bounds__(256) {name}({", ".join(sig)}) {{\n'
+            f"  const {idx_t} stride = ({idx_t})blockDim.x * gridDim.x;\n"
+            f"  for ({idx_t} b_ = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; b_ < ({idx_t})n; b_ += 4 * stride) {{\n"
+            f"  #pragma unroll\n  for (int u_ = 0; u_ < 4; ++u_) {{\n"
+            f"  const {idx_t} i = b_ + u_ * stride;\n  if (i < ({idx_t})n) {{\n"
+            f"{body}  }}\n  }}\n  }}\n}}\n")
 
 
 _CONVERTERS: dict = {}

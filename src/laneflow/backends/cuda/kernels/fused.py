@@ -12,7 +12,8 @@ indexes linearly.
 from __future__ import annotations
 
 from . import cdefs as C
-from .elementwise import _COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, loop_dtypes
+from .elementwise import (_COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, grid_loop,
+                          loop_dtypes)
 from .launch import grid_1d
 
 _BARRIER = {"float": "f", "double": "d"}
@@ -64,12 +65,7 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool):
     sig.append("long long n")
     params.append("q")
     name = "lf_fused"
-    src = (f'extern "C" __global__ void __launch_bounds__(256) {name}({", ".join(sig)}) {{\n'
-           f"  const {idx_t} stride = ({idx_t})blockDim.x * gridDim.x;\n"
-           f"  for ({idx_t} b_ = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; b_ < ({idx_t})n; b_ += 4 * stride) {{\n"
-           f"  #pragma unroll\n  for (int u_ = 0; u_ < 4; ++u_) {{\n"
-           f"  const {idx_t} i = b_ + u_ * stride;\n  if (i < ({idx_t})n) {{\n"
-           f"{''.join(body)}    out[i] = w{len(steps) - 1};\n  }}\n  }}\n  }}\n}}\n")
+    src = grid_loop(name, sig, idx_t, f"{''.join(body)}    out[i] = w{len(steps) - 1};\n")
     return src, name, "".join(params)
 
 
