@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The measurements still owed on a GPU (docs/cuda-notes.md, "Open / next"), in one device call of
 # under 10 minutes, after `bash tools/gpu_full.sh` has passed:
-#   - fusion on the GPU: bench dispatch and bench kernels with LANEFLOW_FUSE=1 (the "laneflow eager, fused"
-#     row is issue 3's 8 us/op target; the plain rows are unfused), and the fusion tests alone;
+#   - fusion on the GPU: bench dispatch and bench kernels (their "laneflow eager, fused" row turns fusion
+#     on for its runs: issue 3's 8 us/op target; the plain rows stay unfused), and the fusion tests;
 #   - the sticky lane policy against the greedy one: the demo both ways;
 #   - bench experts (issues 3 and 5) and bench handles (issue 4).
 # Logs and JSON go to $OUT (default ./gpu-bench-out); a short summary is printed last.
@@ -17,9 +17,9 @@ timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_fusion.py tests/t
   --timeout=60 >"$OUT/fusion-tests.log" 2>&1
 echo "fusion tests rc=$?" >"$OUT/rc.txt"
 for suite in dispatch kernels; do
-  LANEFLOW_FUSE=1 timeout 90 python3 -m laneflow bench $suite --device gpu --peers "$PEERS" \
+  timeout 90 python3 -m laneflow bench $suite --device gpu --peers "$PEERS" \
     --json "$OUT/$suite-fused.json" >"$OUT/$suite-fused.log" 2>&1
-  echo "bench $suite (LANEFLOW_FUSE=1) rc=$?" >>"$OUT/rc.txt"
+  echo "bench $suite rc=$?" >>"$OUT/rc.txt"
 done
 for p in greedy sticky; do
   LANEFLOW_LANE_POLICY=$p timeout 40 python3 -m laneflow demo --device gpu --out "$OUT/demo-$p" >"$OUT/demo-$p.log" 2>&1
