@@ -227,7 +227,9 @@ class CompiledFunction:
         if args is not None:
             leaves, treedef = _flatten((args, kwargs), _is_array)
         stream = current_stream()
-        key = (treedef, stream.id, tuple([(d.shape, d.dtype, d.device) for d in [a._data for a in leaves]]))
+        dev = stream.device  # the stream id is in the key, so None can stand for its device (cheaper to hash)
+        key = (treedef, stream.id,
+               tuple([(d.shape, d.dtype, None if d.device is dev else d.device) for d in [a._data for a in leaves]]))
         try:
             plan = self._plans.get(key)
         except TypeError:

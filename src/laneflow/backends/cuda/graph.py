@@ -206,7 +206,9 @@ class GraphPlan:
             self.bound_ptrs = [b.data.ptr for b in bufs]
         bound = self.bound
         ptrs = self.bound_ptrs
-        for i, b in enumerate(bufs):
+        # the common call: the buffers bound last time, none moved (list compares run in C)
+        same = bufs == bound and [b.data.ptr for b in bufs] == ptrs
+        for i, b in enumerate(() if same else bufs):
             old = bound[i]
             # a different buffer, or the same one moved (a kept output of another compiled function)
             if old is not None and (b is not old or b.data.ptr != ptrs[i]):
