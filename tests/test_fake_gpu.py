@@ -22,6 +22,8 @@ _SCRIPT = r'''
 import gc, sys
 sys.path.insert(0, sys.argv[1])
 import fake_cuda
+grids = []
+fake_cuda.FAKES["cuLaunchKernel"] = lambda f, gx, *a: (grids.append(gx), (fake_cuda.OK,))[1]
 fake_cuda.install()
 import numpy as np
 import laneflow as lf
@@ -143,6 +145,20 @@ with lf.stream(s):
     assert writer is None and len(points) >= 4, points   # three writes (one command) and the reader
     lf.eval(lf.ones(3) + 1.0)                # the next command queues the free
     assert ptr not in [p[0] for p in mem.pending] + [p[0] for p in mem.waiting]
+
+    # fused kernels (on for this check): the launch grid follows each call's size, not the first's
+    from laneflow.graph import fusion
+    from laneflow.backends.cuda.backend import CUDABackend
+    fusion.set_enabled(True)
+    CUDABackend.fuses_elementwise = True
+    sizes = {}
+    for n in (1000, 50_000_000):
+        a = lf.ones((n,), lf.float32)
+        lf.eval(a)
+        grids.clear()
+        lf.eval((a * 2.0) + 1.0)
+        sizes[n] = list(grids)
+    assert sizes[1000] == [1] and len(sizes[50_000_000]) == 1 and sizes[50_000_000][0] > 1000, sizes
 print("fake gpu ok")
 '''
 

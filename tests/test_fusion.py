@@ -229,3 +229,47 @@ def test_compiled_functions_fuse_like_eager(fused, rng):
             np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(eager[1]))
     steps = g.stats()[0]["steps"]
     assert steps == 4  # t = a*b + 1 (fused; used twice, so kept), tanh(t)*a - b (fused), t*t, the sum
+
+
+def test_a_fused_chain_holds_few_temporaries(fused):
+    # each step writes into the temporary of the step it reads last: peak memory stays near two arrays
+    import tracemalloc
+
+    n = 60_000  # under the CPU backend's fusion size limit
+    st = lf.new_stream(fused, lanes=1)
+    with lf.stream(st):
+        x = lf.array(np.ones(n))
+        lf.eval(x)
+        y = x
+        for _ in range(32):
+            y = y * 1.0001
+        tracemalloc.start()
+        try:
+            lf.reset_stats()
+            lf.eval(y)
+            st.synchronize()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert lf.stats()["commands"] == 1
+        np.testing.assert_allclose(np.asarray(y), np.full(n, 1.0001) ** 32, rtol=1e-12)
+    st.close()
+    if fused.type == "cpu":
+        assert peak < 4 * n * 8, peak  # the output and a couple of temporaries, not 31
+
+
+def test_an_error_inside_a_fused_group_names_its_ops(fused):
+    with lf.stream(fused):
+        x = lf.array(np.ones(4))
+        lf.eval(x)
+        y = lf.sqrt(x * 10**400) + 1.0  # the multiply's scalar does not fit float64
+        with pytest.raises(Exception, match="multiply"):
+            lf.eval(y)
+
+
+def test_large_cpu_arrays_do_not_fuse(no_fusion, monkeypatch):
+    monkeypatch.setattr(fusion, "_enabled", True)
+    big = np.ones(1 << 17)
+    (got,), n = _run(lf.cpu, lambda a: lf.tanh(a) * 2.0 + 1.0, [big])
+    assert n == 3
+    np.testing.assert_array_equal(got, np.tanh(big) * 2.0 + 1.0)

@@ -427,3 +427,13 @@ def test_comparing_with_python_ints_outside_the_dtype_compares_values(device, rn
                 got, rev = getattr(lf, op)(lf.array(x), v), getattr(lf, op)(v, lf.array(x))
             assert_same(got, npfn(x, v))
             assert_same(rev, npfn(v, x))
+
+
+def test_comparing_with_ints_at_the_edge_of_the_dtype_range_in_either_order(device):
+    # -128 fits int8 and -129 does not, though both have the same bit length: kernels must not be shared
+    x8 = np.arange(-5, 5, dtype=np.int8)
+    with lf.stream(device):
+        x = lf.array(x8)
+        for v in (-128, -129, 127, 128, -128):
+            np.testing.assert_array_equal(np.asarray(x == v), x8 == v)
+            np.testing.assert_array_equal(np.asarray(x > v), x8 > v)

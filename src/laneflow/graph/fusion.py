@@ -13,8 +13,10 @@ rounded to its own dtype, as if stored and loaded (the CUDA kernel keeps a barri
 the compiler cannot contract a multiply of one step with an add of the next). The decision depends on
 the program alone (never on lanes or streams); a group runs on its root's stream.
 
-A backend opts in with ``Backend.fuses_elementwise``. The CPU backend does (it saves the per-command
-host cost; numpy still runs each step). The CUDA backend does only with ``LANEFLOW_FUSE=1`` until its
+A backend opts in with ``Backend.fuses_elementwise``, and may cap the size of arrays it fuses
+(``fuse_max_elements``). The CPU backend fuses arrays of up to 65,536 elements: there fusion saves
+the per-command host cost (numpy still runs each step); above that numpy's time dominates, and a
+fused tree would run branches one after another that lanes could run at once. The CUDA backend does only with ``LANEFLOW_FUSE=1`` until its
 generated kernels have passed the GPU test suite and fuzzer (see docs/cuda-notes.md).
 ``LANEFLOW_FUSE=0`` turns fusion off everywhere.
 """
@@ -44,8 +46,10 @@ class Fused(Primitive):
 
     kind = "fused"
 
-    def __init__(self, steps: tuple, root_name: str):
-        super().__init__(f"{root_name} (fused with {len(steps) - 1} more)" if len(steps) > 1 else root_name)
+    def __init__(self, steps: tuple, names: list):
+        # errors and traces name every op of the group: "fused multiply, sqrt, add"
+        shown = names if len(names) <= 6 else names[:3] + ["..."] + names[-2:]
+        super().__init__(f"fused {', '.join(shown)}" + (f" ({len(names)} ops)" if len(names) > 6 else ""))
         self.steps = steps
 
 
@@ -93,7 +97,11 @@ def fuse(items: list) -> list | None:
     for d in reversed(items):
         if type(d) is not ArrayData or d in absorbed or not _fusible(d):
             continue
-        if not getattr(d.stream.backend, "fuses_elementwise", False):
+        backend = d.stream.backend
+        if not getattr(backend, "fuses_elementwise", False):
+            continue
+        limit = backend.fuse_max_elements
+        if limit is not None and d.size > limit:
             continue
         members = [d]
         stack = [d]
@@ -145,4 +153,4 @@ def _build(root: ArrayData, members: list, pos: dict) -> FusedNode:
                     inputs.append(i)
                 ops.append(k)
         steps.append((m.prim.fn, tuple(ops), m.dtype))
-    return FusedNode(Fused(tuple(steps), root.prim.name), root, members, inputs)
+    return FusedNode(Fused(tuple(steps), [m.prim.name for m in members]), root, members, inputs)

@@ -50,6 +50,8 @@ class Backend:
     #: Whether chains of elementwise ops fuse into one command (kernel kind ``"fused"``; see
     #: :mod:`laneflow.graph.fusion`).
     fuses_elementwise: bool = False
+    #: Largest array (elements) whose ops fuse; None: no limit.
+    fuse_max_elements: int | None = None
 
     def groups_matmul(self, dtype: np.dtype) -> bool:
         """Whether independent same-shape matmuls of ``dtype`` should run as one grouped command

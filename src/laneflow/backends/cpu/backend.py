@@ -20,8 +20,10 @@ class CPUBackend(Backend):
     #: Lanes of a CPU stream when ``lanes=`` is not given. numpy releases the GIL in its kernels, so
     #: a few threads overlap well even on two cores; more only adds queueing.
     default_lanes = max(2, min(4, os.cpu_count() or 2))
-    #: chains of elementwise ops run as one command (graph/fusion.py): less host cost per op
+    #: chains of elementwise ops run as one command (graph/fusion.py): less host cost per op; only
+    #: for small arrays, where that cost dominates (larger ones keep lane parallelism across branches)
     fuses_elementwise = True
+    fuse_max_elements = 1 << 16
 
     def create_lanes(self, device: Any, stream_id: int, count: int) -> list[ThreadLane]:
         if count > 1:

@@ -76,16 +76,34 @@ def _apply(fn, args, out):
 
 def fused(lane, prim, ins, outs):
     """Elementwise steps of a fused group (graph/fusion.py) in one command, each computed and rounded
-    in its own dtype as the unfused op is, so results are the same bits."""
-    vals = []
-    last = len(prim.steps) - 1
+    in its own dtype as the unfused op is, so results are the same bits. A step writes into the
+    temporary of a step whose last use it is (numpy ufuncs allow an output that is exactly an input),
+    so a chain holds about two temporaries at a time, as the unfused ops' in-place reuse does."""
+    steps = prim.steps
+    last = len(steps) - 1
+    last_use = list(range(len(steps)))
+    for j, (_, operands, _) in enumerate(steps):
+        for o in operands:
+            if o.__class__ is int and o < 0:
+                last_use[-o - 1] = j
+    vals: list = [None] * len(steps)
+    free: dict = {}  # dtype -> temporaries no later step reads
     shape = outs[0].shape
     with np.errstate(all="ignore"):
-        for j, (fn, operands, dtype) in enumerate(prim.steps):
+        for j, (fn, operands, dtype) in enumerate(steps):
             args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
-            out = outs[0] if j == last else np.empty(shape, dtype)
+            for o in operands:  # temporaries read for the last time: free for this step's output
+                if o.__class__ is int and o < 0 and last_use[-o - 1] == j and vals[-o - 1] is not None:
+                    t = vals[-o - 1]
+                    vals[-o - 1] = None
+                    free.setdefault(t.dtype, []).append(t)
+            if j == last:
+                out = outs[0]
+            else:
+                pool = free.get(np.dtype(dtype))
+                out = pool.pop() if pool else np.empty(shape, dtype)
             _apply(fn, args, out)
-            vals.append(out)
+            vals[j] = out
 
 
 def astype(lane, prim, ins, outs):

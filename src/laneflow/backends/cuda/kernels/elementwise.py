@@ -236,7 +236,7 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
     key = (fn, pattern, shapes, out.shape, out.dtype, lane.ctx)
     if fn in _COMPARE and int in pattern:
         # a Python int outside the array's range widens the loop: plan per magnitude class
-        key += tuple((o.value < 0, o.value.bit_length()) for o in operands if o.__class__ is not int and type(o.value) is int)
+        key += tuple(int_class(o.value) for o in operands if o.__class__ is not int and type(o.value) is int)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:
@@ -287,6 +287,14 @@ def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple):
             tail.append(csets[k])
     tail.append(n)
     return kern, grid_1d(ctx, (n + 3) // 4), steps, tuple(tail)
+
+
+def int_class(v: int) -> tuple:
+    """What decides whether a Python int fits an integer dtype of any width: its sign, its bit length,
+    and whether it is exactly a negative power of two (-128 fits int8, -129 does not: same bit length).
+    Plans of comparisons with an int scalar are keyed by it."""
+    n = v.bit_length()
+    return (v < 0, n, v < 0 and v == -(1 << (n - 1)))
 
 
 def _py_type(v):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from . import cdefs as C
 from .elementwise import (_COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, grid_loop,
-                          loop_dtypes)
+                          int_class, loop_dtypes)
 from .launch import grid_1d
 
 _BARRIER = {"float": "f", "double": "d"}
@@ -91,8 +91,9 @@ def fused(lane, prim, ins, outs) -> None:
         kern = lane.ctx.modules.get(spec, lambda: _build(steps, loops, in_dts, out.dtype, wide))
         convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
                       for q, o in enumerate(ops) if o.__class__ is not int)
-        plan = _plans[key] = (kern, grid_1d(lane.ctx, (n + 3) // 4), convs)
-    kern, grid, convs = plan
+        plan = _plans[key] = (kern, convs)
+    kern, convs = plan
+    grid = grid_1d(lane.ctx, (n + 3) // 4)  # per launch: the plan serves every size
     args = [out.ptr]
     args.extend(a.ptr for a in ins)
     scalars = [o.value for _, ops, _ in steps for o in ops if o.__class__ is not int]
@@ -104,5 +105,5 @@ def fused(lane, prim, ins, outs) -> None:
 def _scalar_key(fn: str, v) -> tuple:
     t = _py_type(v)
     if fn in _COMPARE and t is int:
-        return (t, v < 0, v.bit_length())
+        return (t, int_class(v))
     return (t,)
