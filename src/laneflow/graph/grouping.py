@@ -78,13 +78,10 @@ def group_matmuls(order: list[ArrayData]) -> list | None:
             for i in d.inputs:
                 if i.buffer is None:
                     deep = True
-        if d.prim.kind != "matmul":
+        p = d.prim
+        if p.kind != "matmul" or p.gkey is None:  # gkey: the op checked shapes and dtypes (ops/linalg.py)
             continue
-        a, b = d.inputs
-        sa, sb, dtype = a.shape, b.shape, d.dtype
-        if (len(sa) < 2 or len(sb) != len(sa) or sa[:-2] != sb[:-2] or a.dtype != dtype
-                or b.dtype != dtype or not sa[-1] or not d.size):
-            continue
+        sa, sb, dtype = p.gkey
         backend = d.stream.backend
         ok = allowed.get((id(backend), dtype))
         if ok is None:

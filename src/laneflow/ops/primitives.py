@@ -85,10 +85,14 @@ class LogSumExp(Primitive):
 
 
 class Matmul(Primitive):
+    """``gkey``: (shape of a, shape of b, dtype) when the product may be grouped with others like it
+    (graph/grouping.py: equal batches, one float dtype for both operands and the result), else None."""
+
     kind = "matmul"
 
-    def __init__(self) -> None:
+    def __init__(self, gkey: tuple | None = None) -> None:
         super().__init__("matmul")
+        self.gkey = gkey
 
 
 class Reshape(Primitive):

@@ -218,12 +218,22 @@ extern "C" __global__ void lf_store_ptrs(unsigned long long* __restrict__ dst, i
 """
 
 
+_COMPUTE: dict = {}
+
+
 def _compute_type(cublas, dtype) -> tuple[int, np.ndarray, np.ndarray]:
-    ct = cublas.ComputeType
-    if dtype == dt.float64:
-        return int(ct.COMPUTE_64F), np.ones(1, np.float64), np.zeros(1, np.float64)
+    """(cuBLAS compute type, alpha, beta) for a grouped GEMM of ``dtype`` (cached: alpha and beta are
+    host scalars the call reads at once, never written)."""
     tf32 = _allow_tf32 and dtype == dt.float32
-    return int(ct.COMPUTE_32F_FAST_TF32 if tf32 else ct.COMPUTE_32F), np.ones(1, np.float32), np.zeros(1, np.float32)
+    hit = _COMPUTE.get((dtype, tf32))
+    if hit is None:
+        ct = cublas.ComputeType
+        if dtype == dt.float64:
+            hit = int(ct.COMPUTE_64F), np.ones(1, np.float64), np.zeros(1, np.float64)
+        else:
+            hit = int(ct.COMPUTE_32F_FAST_TF32 if tf32 else ct.COMPUTE_32F), np.ones(1, np.float32), np.zeros(1, np.float32)
+        _COMPUTE[(dtype, tf32)] = hit
+    return hit
 
 
 def matmul_group(lane, prim, ins, outs) -> None:
