@@ -90,13 +90,14 @@ class Slab:
     returns 0 to exactly one of them, the last, which queues the free.
     """
 
-    __slots__ = ("ptr", "nbytes", "tokens", "points")
+    __slots__ = ("ptr", "nbytes", "tokens", "points", "arrays")
 
     def __init__(self, nbytes: int, count: int):
         self.ptr = 0
         self.nbytes = nbytes
         self.tokens = list(range(count))
         self.points: list = []
+        self.arrays: list | None = None  # until allocated: the outputs, to place them all at once
 
 
 class SlabArray(DeviceArray):
@@ -113,14 +114,21 @@ def slab_arrays(ctx: DeviceContext, specs: list) -> list[SlabArray]:
     """Handles for outputs ``specs`` (shape, dtype) sharing one :class:`Slab`."""
     hs = []
     off = 0
+    proto = None
+    new = SlabArray.__new__
     for shape, dtype in specs:
-        h = SlabArray(ctx, shape, dtype)
+        if proto is None or shape != proto.shape or dtype != proto.dtype:
+            proto = SlabArray(ctx, shape, dtype)
+            step = -(-proto.nbytes // SLAB_ALIGN) * SLAB_ALIGN
+        h = new(SlabArray)  # a group's outputs are alike: copy the first one's fields
+        h.ctx, h.ptr, h.shape, h.dtype, h.size, h.nbytes, h.host = ctx, 0, proto.shape, dtype, proto.size, proto.nbytes, None
         h.offset = off
-        off += -(-h.nbytes // SLAB_ALIGN) * SLAB_ALIGN
+        off += step
         hs.append(h)
     slab = Slab(off, len(hs))
     for h in hs:
         h.slab = slab
+    slab.arrays = hs
     return hs
 
 
@@ -159,7 +167,10 @@ class Memory:
         if type(h) is SlabArray:
             slab = h.slab
             if not slab.ptr:
-                slab.ptr = self.raw_alloc(slab.nbytes, lane.stream, op)
+                slab.ptr = base = self.raw_alloc(slab.nbytes, lane.stream, op)
+                for m in slab.arrays or ():  # every output at once: the lane skips the others
+                    m.ptr = base + m.offset
+                slab.arrays = None  # (and the reference cycle through the slab goes)
             h.ptr = slab.ptr + h.offset
             return
         h.ptr = self.raw_alloc(h.nbytes, lane.stream, op)
