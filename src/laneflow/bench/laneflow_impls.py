@@ -39,9 +39,10 @@ def stacked(out: Any) -> np.ndarray:
 
 
 def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
-          to_host: Callable = host, label: str = "laneflow eager", note: str = "") -> Impl:
-    """``program`` evaluated eagerly (one lf.eval per run) on a new stream with ``lanes`` lanes."""
-    stream = lf.new_stream(device, lanes=lanes)
+          to_host: Callable = host, label: str = "laneflow eager", note: str = "", stream: Any = None) -> Impl:
+    """``program`` evaluated eagerly (one lf.eval per run) on a new stream with ``lanes`` lanes (or on
+    ``stream``)."""
+    stream = stream if stream is not None else lf.new_stream(device, lanes=lanes)
     args = [lf.array(a, stream=stream) for a in inputs]
     lf.eval(*args)
     timer = laneflow_timer(stream)
@@ -99,6 +100,20 @@ def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.nda
         return convert(out)
 
     impl.to_host = to_host_with_stats
+    return impl
+
+
+def compiled_captured(case: Case, device: Any, make: Callable, inputs: Sequence[np.ndarray],
+                      captured: Sequence[np.ndarray], lanes: int, *, to_host: Callable = host) -> Impl:
+    """``lf.compile(make(arrays))`` where ``arrays`` are ``captured`` made into laneflow arrays once:
+    values the function closes over (weights) are constants of the compiled plan, not arguments, so a
+    call binds only ``inputs``. How a user would write a model step; PyTorch's graphs capture their
+    weights the same way."""
+    stream = lf.new_stream(device, lanes=lanes)
+    caps = [lf.array(c, stream=stream) for c in captured]
+    lf.eval(*caps)
+    impl = eager(case, device, lf.compile(make(caps)), inputs, lanes, to_host=to_host,
+                 label="laneflow compiled, weights captured", stream=stream)
     return impl
 
 

@@ -41,6 +41,11 @@ def _case(ctx, p):
         return [a[i] @ a[E + i] for i in range(E)]
     rows = lfi.modes(case, ctx.device, ctx.lanes, program, list(x) + list(w), to_host=lfi.stacked)
     if lfi.unavailable(ctx.device) is None:
+        def make(ws):
+            return lambda *xs: [xs[i] @ ws[i] for i in range(E)]
+        rows.append(lfi.guard(case, "laneflow compiled, weights captured", ctx.lanes,
+                              lambda: lfi.compiled_captured(case, ctx.device, make, list(x), list(w), ctx.lanes,
+                                                            to_host=lfi.stacked)))
         label = "laneflow batched matmul (fused)"
         rows.append(lfi.guard(case, label, 1, lambda: lfi.eager(case, ctx.device, lf.matmul, [x, w], 1, label=label)))
     return ctx.run_case(case, "experts", rows)
