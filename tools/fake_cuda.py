@@ -112,8 +112,10 @@ class _FakeLegacy:
         return lambda *a, **k: next(_ids)
 
 
-def install() -> None:
-    """Patch laneflow's CUDA modules to use the fake driver and libraries (before any GPU use)."""
+def install(real_nvrtc: bool = False) -> None:
+    """Patch laneflow's CUDA modules to use the fake driver and libraries (before any GPU use).
+    ``real_nvrtc``: keep NVRTC (it needs no GPU), so every kernel the backend generates is really
+    compiled (tests/test_kernel_sources.py); modules are still loaded by the fake driver."""
     import importlib
     import pkgutil
 
@@ -127,7 +129,8 @@ def install() -> None:
     from laneflow.backends.cuda import driver, handles, matmul, nvrtc
 
     driver._initialised = False
-    nvrtc.compile = lambda source, cc, name="kernel": (name, b"\0")
+    if not real_nvrtc:
+        nvrtc.compile = lambda source, cc, name="kernel": (name, b"\0")
     matmul._lt = lambda: (_FakeCublas, _FakeLt())
     handles._bindings = lambda name: _FakeLegacy()
     import laneflow.streams as streams
