@@ -142,7 +142,7 @@ with lf.stream(s):
     gc.collect()
     assert slab.ptr == 0 and len(mem.pending) == before + 1
     ptr, writer, points = mem.pending[-1]
-    assert writer is None and len(points) >= 4, points   # three writes (one command) and the reader
+    assert writer is None and len(points) == 2, points   # the group's one write (shared) and the reader
     lf.eval(lf.ones(3) + 1.0)                # the next command queues the free
     assert ptr not in [p[0] for p in mem.pending] + [p[0] for p in mem.waiting]
 

@@ -233,10 +233,12 @@ class Memory:
         h = buf.data
         if type(h) is SlabArray:
             slab = h.slab
+            pts = slab.points
             w = buf.writer
-            if w is not None:
-                slab.points.append(w)
-            slab.points.extend(buf.readers.values())
+            if w is not None and not (pts and pts[-1] is w):  # a group's outputs share their writer
+                pts.append(w)
+            if buf.readers:
+                pts.extend(buf.readers.values())
             h.ptr = 0
             if slab.tokens.pop() == 0 and slab.ptr:  # the last output of the slab died
                 self.pending.append((slab.ptr, None, tuple(slab.points)))
