@@ -144,11 +144,25 @@ def _stack() -> list:
     return st
 
 
+#: (default device, its default stream) as last looked up: the common op call skips the dict lookup
+_last_default: tuple = (None, None)
+
+
 def current_stream() -> Stream:
     st = getattr(_local, "stack", None)
     if st:
         return st[-1]
-    return default_stream()
+    dev, s = _last_default
+    if dev is not None and dev is _default_device and not s._closed:
+        return s
+    return _remember_default()
+
+
+def _remember_default() -> Stream:
+    global _last_default
+    s = default_stream()
+    _last_default = (_default_device, s)
+    return s
 
 
 def resolve_stream(s: Any, op: str) -> Stream:
