@@ -273,3 +273,31 @@ def test_large_cpu_arrays_do_not_fuse(no_fusion, monkeypatch):
     (got,), n = _run(lf.cpu, lambda a: lf.tanh(a) * 2.0 + 1.0, [big])
     assert n == 3
     np.testing.assert_array_equal(got, np.tanh(big) * 2.0 + 1.0)
+
+
+_MIXED = [np.float32, np.float16, np.dtype(lf.bfloat16), np.float64, np.int32, np.int8, np.uint8]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_expressions_over_mixed_dtypes_and_a_broadcast_input(fused, seed, monkeypatch):
+    # promotion inside fused steps (an int8 input meeting a bfloat16 one), and a (1,)-shaped input
+    # whose consumers cannot fuse with their producers (shapes differ)
+    r = np.random.default_rng(1000 + seed)
+    dts = [np.dtype(_MIXED[int(k)]) for k in r.integers(0, len(_MIXED), 3)]
+    integer = all(d.kind in "iu" for d in dts)
+    shapes = [(257,), (257,), (1,) if seed % 3 == 0 else (257,)]
+    inputs = [random_array(r, s, d) for s, d in zip(shapes, dts)]
+    trees = [_random_tree(r, 5, 3, integer) for _ in range(3)]
+
+    def build(*xs):
+        return [_evaluate(t, xs) for t in trees]
+    with np.errstate(all="ignore"):
+        try:
+            want, m = _unfused(fused, build, inputs, monkeypatch)
+        except (TypeError, OverflowError, ValueError):
+            pytest.skip("this random expression is refused by the ops themselves (e.g. uint8 - negative int)")
+        got, n = _run(fused, build, inputs, lanes=2)
+    assert n <= m
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
