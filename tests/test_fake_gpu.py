@@ -120,6 +120,18 @@ with lf.stream(s):
     ok = lf.take(xs, lf.arange(3, dtype=lf.int64))
     lf.eval(ok)                              # a slot left at zero: no error
     assert ok._data.buffer.checks is None
+    # an integer exponent computed on the device: the scan kernel flags a negative one in a slot
+    e = lf.array(np.array([1, 2, 3], np.int32)) - 2
+    p = lf.array(np.array([2, 3, 4], np.int32)) ** e
+    lf.async_eval(p)
+    (chk,) = p._data.buffer.checks
+    chk.slots.words(chk.slot)[0] = 1
+    try:
+        lf.eval(p)
+    except lf.ExecutionError as err:
+        assert "power" in str(err) and "negative integer powers" in str(err), err
+    else:
+        raise AssertionError("no error for a negative integer exponent")
 
     # a grouped matmul's outputs share one slab: one allocation, one free after the last output died
     from laneflow.backends.cuda.memory import SlabArray

@@ -145,6 +145,7 @@ with lf.stream(s):
              lf.random.uniform((8,), key=lf.random.key(1)), lf.random.normal((4, 4), lf.float64, key=lf.random.key(2))]
     a = lf.array(rng.integers(-5, 5, (3, 4)).astype(np.int32))
     outs.append(a @ lf.array(rng.integers(-5, 5, (4, 2)).astype(np.int32)))
+    outs.append(a ** (a + 5))  # an exponent computed on the device: the negative-exponent scan kernel
     lf.eval(*outs)
 print("kernels compiled:", len(compiled), "names:", len(set(compiled)))
 '''

@@ -437,3 +437,14 @@ def test_comparing_with_ints_at_the_edge_of_the_dtype_range_in_either_order(devi
         for v in (-128, -129, 127, 128, -128):
             np.testing.assert_array_equal(np.asarray(x == v), x8 == v)
             np.testing.assert_array_equal(np.asarray(x > v), x8 > v)
+
+
+def test_integer_power_with_a_negative_exponent_computed_on_the_device_raises(device):
+    base = np.array([2, 3, 4], np.int32)
+    with lf.stream(device):
+        e = lf.array(np.array([1, 2, 3], np.int32)) - 2      # [-1, 0, 1], never read on the host
+        y = lf.array(base) ** e
+        with pytest.raises(lf.ExecutionError, match="negative integer powers"):
+            lf.eval(y)
+        ok = lf.array(base) ** (lf.array(np.array([1, 2, 3], np.int32)) - 1)
+        np.testing.assert_array_equal(np.asarray(ok), base ** np.array([0, 1, 2], np.int32))

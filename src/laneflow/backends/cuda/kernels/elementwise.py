@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .... import dtypes as dt
-from ....errors import LaneflowError
+from ....errors import ExecutionError, LaneflowError
+from ..checks import deferred
 from . import cdefs as C
 from .launch import grid_1d
 from .plan import MAXD, broadcast_strides, classify, collapse
@@ -321,7 +322,7 @@ def _widen_for_big_scalars(operands, loop):
 def elementwise(lane, prim, ins, outs) -> None:
     fn = prim.fn
     if fn == "power":
-        _check_int_power(prim, ins, outs[0])
+        _check_int_power(lane, prim, ins, outs[0])
     run(lane, fn, prim.operands, ins, outs[0])
 
 
@@ -329,14 +330,47 @@ def astype(lane, prim, ins, outs) -> None:
     run(lane, "identity", (0,), ins, outs[0])
 
 
-def _check_int_power(prim, ins, out) -> None:
-    """numpy refuses integers to negative integer powers; check what the host can see."""
-    if out.dtype.kind not in "iu":
+_NEG_POWER = "Integers to negative integer powers are not allowed."
+
+
+def _check_int_power(lane, prim, ins, out) -> None:
+    """numpy refuses integers to negative integer powers. An exponent the host can see is checked
+    here; one computed on the device is scanned by a small kernel that flags a negative value in a
+    check slot (checks.py), raised at the host wait that needs the result, as numpy's ValueError."""
+    if out.dtype.kind not in "iu" or out.size == 0:
         return
     e = prim.operands[1]
-    if e.__class__ is int:
-        h = ins[e].host
-        if h is not None and h.dtype.kind == "i" and h.size and h.min() < 0:
-            raise ValueError("Integers to negative integer powers are not allowed.")
-    elif isinstance(e.value, int) and e.value < 0:
-        raise ValueError("Integers to negative integer powers are not allowed.")
+    if e.__class__ is not int:
+        if isinstance(e.value, int) and e.value < 0:
+            raise ValueError(_NEG_POWER)
+        return
+    x = ins[e]
+    if x.dtype.kind != "i" or x.size == 0:
+        return  # unsigned and bool exponents are never negative
+    h = x.host
+    if h is not None:
+        if h.min() < 0:
+            raise ValueError(_NEG_POWER)
+        return
+    slot = deferred(lane, _neg_power_error, "power")
+    kern = lane.ctx.modules.get(("negcheck", x.dtype), lambda: _build_negcheck(x.dtype))
+    kern.launch(lane.stream, grid_1d(lane.ctx, x.size), (256, 1, 1), (x.ptr, x.size, slot))
+
+
+def _neg_power_error(words):
+    if not words[0]:
+        return None
+    cause = ValueError(_NEG_POWER)
+    err = ExecutionError("power", cause)
+    err.__cause__ = cause
+    return err
+
+
+def _build_negcheck(dtype):
+    st = C.storage(dtype)
+    src = (f'extern "C" __global__ void lf_negcheck(const {st}* __restrict__ e, long long n, '
+           "unsigned long long* __restrict__ slot) {\n"
+           "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"
+           " i += (long long)blockDim.x * gridDim.x)\n"
+           "    if (e[i] < 0) slot[0] = 1;\n}\n")
+    return src, "lf_negcheck", "pqp"
