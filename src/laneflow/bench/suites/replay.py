@@ -4,7 +4,12 @@ Issue 5's measure: a compiled call should cost at most 2 µs plus 1 µs per grap
 row compiles a chain of N tiny dependent ops (N graph nodes on the GPU) and times only the host: the
 timer starts once the device is idle and stops when the last call has been *issued*, without waiting
 for the device (a CUDA graph of 1,000 tiny kernels runs longer on the device than it takes to launch).
-The median is per call; ``extra`` gives it per node too.
+The median is per call; ``extra`` gives it per node too. Where elementwise fusion is on (the CPU
+backend; the GPU with ``LANEFLOW_FUSE=1``) the chain's ops fuse into groups of up to 32, so its graph
+has fewer nodes than ops; the per-node figure is per op.
+
+A last case measures the per-argument cost: the experts program on tiny matrices (32 x (16x16 @
+16x16)), 64 arguments and 32 outputs per call, as ``bench experts`` passes them.
 """
 
 from __future__ import annotations
@@ -62,7 +67,41 @@ def run(ctx):
         for r in results[-len(rows):] if rows else []:
             if r.times:
                 r.extra["host_us_per_node"] = round(r.median * 1e6 / (2 * n), 3)
+    results.extend(_many_arguments(ctx))
     return results
+
+
+def _many_arguments(ctx):
+    E = 32
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2 * E)]
+    ref = [xs[i] @ xs[E + i] for i in range(E)]
+    case = Case("replay", f"compiled call with {2 * E} arguments and {E} outputs (experts, 16x16 matrices)",
+                {}, ref, bytes=0, flops=0, items=1, item_name="call", params={"arguments": 2 * E, "outputs": E})
+    rows = []
+    if lfi.unavailable(ctx.device) is None:
+        rows.append(lfi.guard(case, "laneflow compiled call (host only)", ctx.lanes,
+                              lambda: _compiled_many(case, ctx.device, ctx.lanes, xs, E)))
+    return ctx.run_case(case, "replay", rows)
+
+
+def _compiled_many(case, device, lanes, xs, E) -> Impl:
+    s = lf.new_stream(device, lanes=lanes)
+    args = [lf.array(x, stream=s) for x in xs]
+    lf.eval(*args)
+    f = lf.compile(lambda *a: [a[i] @ a[E + i] for i in range(E)])
+    with lf.stream(s):
+        for _ in range(3):
+            lf.eval(*f(*args))
+
+    def run():
+        with lf.stream(s):
+            return f(*args)
+
+    impl = Impl("laneflow compiled call (host only)", run, to_host=lambda out: [np.asarray(o) for o in out],
+                lanes=lanes, sync=s.synchronize, timer=HostTimer(s), close=s.close)
+    impl.extra["mode"] = f.stats()[0]["mode"]
+    return impl
 
 
 def _compiled(case, device, lanes, n, x0) -> Impl:
