@@ -129,5 +129,7 @@ def test_replay_suite_times_host_cost_per_compiled_call_and_checks_results():
 
     ctx = Context(device=lf.cpu, peers=[], repeat=3, quick=True, lanes=2)
     results = SUITES["replay"].run(ctx)
-    assert len(results) == 2 and all(r.status == "ok" and r.matches for r in results), results
-    assert all(r.extra["host_us_per_node"] > 0 and r.extra["mode"] == "commands" for r in results)
+    assert len(results) == 3 and all(r.status == "ok" and r.matches for r in results), results
+    chains, many = results[:2], results[2]
+    assert all(r.extra["host_us_per_node"] > 0 and r.extra["mode"] == "commands" for r in chains)
+    assert "64 arguments" in many.workload and many.extra["mode"] == "commands"
