@@ -4,7 +4,7 @@
 #   - fusion on the GPU: bench dispatch and bench kernels (their "laneflow eager, fused" row turns fusion
 #     on for its runs: issue 3's 8 us/op target; the plain rows stay unfused), and the fusion tests;
 #   - the sticky lane policy against the greedy one: the demo both ways;
-#   - bench experts (issues 3 and 5) and bench handles (issue 4).
+#   - bench experts and replay (issues 3 and 5) and bench handles (issue 4).
 # Logs and JSON go to $OUT (default ./gpu-bench-out); a short summary is printed last.
 set -u
 OUT=${OUT:-$PWD/gpu-bench-out}
@@ -28,6 +28,8 @@ done
 timeout 120 python3 -m laneflow bench experts --device gpu --peers "$PEERS" --json "$OUT/experts.json" \
   >"$OUT/experts.log" 2>&1
 echo "bench experts rc=$?" >>"$OUT/rc.txt"
+timeout 60 python3 -m laneflow bench replay --device gpu --json "$OUT/replay.json" >"$OUT/replay.log" 2>&1
+echo "bench replay rc=$?" >>"$OUT/rc.txt"
 timeout 150 python3 -m laneflow bench handles --device gpu --json "$OUT/handles.json" >"$OUT/handles.log" 2>&1
 echo "bench handles rc=$?" >>"$OUT/rc.txt"
 
@@ -37,4 +39,5 @@ echo "== dispatch / kernels (fused row vs eager)"
 cat "$OUT"/dispatch-fused.log "$OUT"/kernels-fused.log | grep -E "^│ laneflow (eager|compiled)|^(dispatch|kernels):" | cut -c1-110
 for p in greedy sticky; do echo "== demo $p"; grep -E "^│ (eager|compiled)" "$OUT/demo-$p.log"; done
 echo "== experts"; grep -E "^│ (laneflow|torch (bmm|graph|eager))|^experts" "$OUT/experts.log" | cut -c1-110
+echo "== replay"; grep -E "^│ laneflow|^replay" "$OUT/replay.log" | cut -c1-110
 echo "== handles"; tail -25 "$OUT/handles.log" | cut -c1-140
