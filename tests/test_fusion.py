@@ -161,10 +161,17 @@ _UNARY = ["negative", "abs", "exp", "tanh", "sin", "sqrt_abs", "square", "sigmoi
 _BINARY = ["add", "subtract", "multiply", "maximum", "minimum", "divide_safe", "greater"]
 
 
+_CASTS = ["astype_float32", "astype_bfloat16", "astype_float64"]
+
+
 def _random_tree(r: np.random.Generator, depth: int, n_inputs: int, integer: bool):
-    """A random expression: ("in", k), (unary, child), (binary, left, right) or (binary, child, scalar)."""
+    """A random expression: ("in", k), (unary, child), (binary, left, right) or (binary, child, scalar);
+    unary ops include dtype conversions (astype, fused too)."""
     if depth == 0 or r.random() < 0.15:
         return ("in", int(r.integers(0, n_inputs)))
+    if r.random() < 0.08:
+        cast = "astype_int32" if integer else str(r.choice(_CASTS))
+        return (cast, _random_tree(r, depth - 1, n_inputs, integer))
     if r.random() < 0.35 and not integer:
         return (str(r.choice(_UNARY)), _random_tree(r, depth - 1, n_inputs, integer))
     op = str(r.choice(_BINARY[:5] if integer else _BINARY))
@@ -183,6 +190,8 @@ def _evaluate(tree, xs):
         a = _evaluate(tree[1], xs)
         if kind == "sqrt_abs":
             return lf.sqrt(lf.abs(a))
+        if kind.startswith("astype_"):
+            return a.astype(getattr(lf, kind[7:]))
         return getattr(lf, kind)(a)
     a = _evaluate(tree[1], xs)
     b = tree[2] if not isinstance(tree[2], tuple) else _evaluate(tree[2], xs)

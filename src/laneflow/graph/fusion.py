@@ -1,4 +1,4 @@
-"""Fusing chains of elementwise ops of one evaluation into one command (one generated kernel).
+"""Fusing chains of elementwise ops (and dtype conversions) of one evaluation into one command.
 
 Python host time, not the GPU, limits a chain of small elementwise ops: each op as its own command
 costs an allocation, a launch and an event record. At ``lf.eval`` this pass merges an elementwise
@@ -39,6 +39,9 @@ def set_enabled(on: bool) -> None:
     _enabled = bool(on)
 
 
+_KINDS = ("elementwise", "astype")
+
+
 class Fused(Primitive):
     """Elementwise steps run as one kernel. ``steps[j] = (fn, operands, dtype)``: an operand is an
     input index (``k >= 0``), an earlier step (``-(j + 1)``) or a :class:`~laneflow.ops.primitives.Scalar`;
@@ -65,7 +68,10 @@ class FusedNode:
 
 def _fusible(d: ArrayData) -> bool:
     p = d.prim
-    if p is None or p.kind != "elementwise" or p.fn == "power" or d.siblings is not None:
+    if p is None or d.siblings is not None:
+        return False
+    k = p.kind
+    if (k != "elementwise" or p.fn == "power") and k != "astype":
         return False
     shape = d.shape
     for i in d.inputs:
@@ -81,7 +87,7 @@ def fuse(items: list) -> list | None:
         return None
     cand = None
     for d in items:
-        if type(d) is ArrayData and d.prim.kind == "elementwise":
+        if type(d) is ArrayData and d.prim.kind in _KINDS:
             backend = d.stream.backend
             if getattr(backend, "fuses_elementwise", False):
                 cand = True
@@ -138,7 +144,10 @@ def _build(root: ArrayData, members: list, pos: dict) -> FusedNode:
     steps = []
     for m in members:
         ops = []
-        for o in m.prim.operands:
+        p = m.prim
+        # astype is the "identity" step: the input converted to the node's dtype, as its kernel does
+        fn, operands = (p.fn, p.operands) if p.kind == "elementwise" else ("identity", (0,))
+        for o in operands:
             if o.__class__ is not int:
                 ops.append(o)  # a Scalar
                 continue
@@ -152,5 +161,5 @@ def _build(root: ArrayData, members: list, pos: dict) -> FusedNode:
                     k = in_index[i] = len(inputs)
                     inputs.append(i)
                 ops.append(k)
-        steps.append((m.prim.fn, tuple(ops), m.dtype))
+        steps.append((fn, tuple(ops), m.dtype))
     return FusedNode(Fused(tuple(steps), [m.prim.name for m in members]), root, members, inputs)
