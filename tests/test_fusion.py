@@ -310,3 +310,17 @@ def test_random_expressions_over_mixed_dtypes_and_a_broadcast_input(fused, seed,
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w)
+
+
+def test_a_single_element_input_joins_the_group(fused, rng, monkeypatch):
+    # a 0-d or (1, 1) array (a learning rate, a norm) broadcast inside a fused group
+    x = random_array(rng, (4, 33), np.float32)
+    lr, norm = np.float32(0.125), np.array([[1.5]], np.float32)
+
+    def f(a, s, t):
+        return lf.tanh(a * s) / t + a
+    (got,), n = _run(fused, f, [x, np.array(lr), norm])
+    (want,), m = _unfused(fused, f, [x, np.array(lr), norm], monkeypatch)
+    assert n == 1 and m == 4
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, np.tanh(x * lr) / norm + x, rtol=1e-6)

@@ -140,6 +140,7 @@ with lf.stream(s):
             outs.append(z)
         if dt in (lf.float32, lf.bfloat16, lf.float16, lf.float64):
             outs.append(((x * 2).astype(lf.float64) + 1).astype(lf.int32).astype(dt) - x)  # casts inside a fused group
+            outs.append(lf.tanh(x / lf.max(x)) * 2 + 1)  # a single-element input of a fused group
             outs += [lf.var(x, axis=1), lf.std(x), lf.softmax(x, axis=-1), lf.logsumexp(x, axis=0),
                      lf.tanh(lf.exp(x) * 0.5 + lf.sin(x)) - lf.sqrt(lf.abs(x)), lf.sigmoid(x), lf.rsqrt(lf.abs(x) + 1)]
     outs += [lf.arange(10, dtype=lf.int32), lf.linspace(0.0, 1.0, 7), lf.eye(4, 5, 1), lf.full((3, 3), 2.5),

@@ -3,8 +3,8 @@
 Python host time, not the GPU, limits a chain of small elementwise ops: each op as its own command
 costs an allocation, a launch and an event record. At ``lf.eval`` this pass merges an elementwise
 node with the elementwise nodes that feed only it: a producer is absorbed when it is pending, has
-exactly one use (its consumer) and no user-visible array, has the shape of its consumer (no
-broadcasting inside a group), is not ``power`` (whose integer case has a host-side check) and the
+exactly one use (its consumer) and no user-visible array, has the shape of the group (no broadcasting
+inside a group; an input from outside may be a single element, read as element 0), is not ``power`` (whose integer case has a host-side check) and the
 group stays within :data:`MAX_FUSE` ops. The group becomes one :class:`FusedNode` computing the root;
 its inputs are the group's external values.
 
@@ -75,7 +75,15 @@ def _fusible(d: ArrayData) -> bool:
         return False
     shape = d.shape
     for i in d.inputs:
-        if i.shape != shape:
+        if i.shape != shape and not _one(i.shape):
+            return False
+    return True
+
+
+def _one(shape: tuple) -> bool:
+    """A single element (any number of 1-sized dims): broadcast by reading element 0."""
+    for s in shape:
+        if s != 1:
             return False
     return True
 
@@ -115,7 +123,8 @@ def fuse(items: list) -> list | None:
             m = stack.pop()
             for i in m.inputs:
                 if (i.buffer is None and i.users == 1 and i.arrays == 0 and i in pos and i not in absorbed
-                        and i.device == d.device and _fusible(i) and len(members) < MAX_FUSE):
+                        and i.shape == d.shape and i.device == d.device and _fusible(i)
+                        and len(members) < MAX_FUSE):
                     absorbed.add(i)
                     members.append(i)
                     stack.append(i)

@@ -5,8 +5,8 @@ loop dtypes, the same C expression, the same scalar conversion), and its result 
 step's dtype through its storage type, as a store and a load between two kernels would. A float
 result passes an empty ``asm volatile`` barrier, so the compiler cannot contract a multiply of one
 step with an add of the next into an FMA: the fused kernel gives the unfused results bit for bit.
-Every operand has the output's shape and is contiguous (the pass only fuses those), so the kernel
-indexes linearly.
+Every operand has the output's shape and is contiguous, or is a single element read at [0] (the pass
+only fuses those), so the kernel indexes linearly.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def _loops(steps: tuple, in_dts: tuple) -> tuple:
     return tuple(out)
 
 
-def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool):
+def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, ones: tuple = ()):
+    """Kernel source; ``ones[k]``: input k is a single element (read at [0], broadcast)."""
     idx_t = "long long" if wide else "unsigned"
     sig = [f"{C.storage(out_dt)}* __restrict__ out"]
     params = ["p"]
@@ -53,7 +54,8 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool):
                 vals.append(f"s{si}")
                 si += 1
             elif o >= 0:
-                vals.append(C.conv(C.load(f"a{o}[i]", in_dts[o]), in_dts[o], lt))
+                ref = f"a{o}[0]" if ones and ones[o] else f"a{o}[i]"
+                vals.append(C.conv(C.load(ref, in_dts[o]), in_dts[o], lt))
             else:
                 src = steps[-o - 1][2]
                 vals.append(C.conv(C.load(f"w{-o - 1}", src), src, lt))
@@ -76,19 +78,20 @@ def fused(lane, prim, ins, outs) -> None:
         return
     steps = prim.steps
     in_dts = tuple(a.dtype for a in ins)
+    ones = tuple(a.size == 1 and n != 1 for a in ins)  # single elements broadcast over the output
     # scalar values are arguments; only their Python types (and, for comparisons with ints, their
     # magnitude class) shape the kernel
     shape_of = tuple((fn, tuple(o if o.__class__ is int else _scalar_key(fn, o.value) for o in ops), dtype)
                      for fn, ops, dtype in steps)
-    key = (shape_of, in_dts, out.dtype, n >= 2**31 - 2**20, lane.ctx)
+    key = (shape_of, in_dts, ones, out.dtype, n >= 2**31 - 2**20, lane.ctx)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:
             _plans.clear()
         loops = _loops(steps, in_dts)
-        wide = key[3]
-        spec = ("fused", shape_of, in_dts, out.dtype, wide)
-        kern = lane.ctx.modules.get(spec, lambda: _build(steps, loops, in_dts, out.dtype, wide))
+        wide = key[4]
+        spec = ("fused", shape_of, in_dts, ones, out.dtype, wide)
+        kern = lane.ctx.modules.get(spec, lambda: _build(steps, loops, in_dts, out.dtype, wide, ones))
         convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
                       for q, o in enumerate(ops) if o.__class__ is not int)
         plan = _plans[key] = (kern, convs)
