@@ -324,3 +324,40 @@ def test_a_single_element_input_joins_the_group(fused, rng, monkeypatch):
     assert n == 1 and m == 4
     np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(got, np.tanh(x * lr) / norm + x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+def test_layer_norm_with_broadcast_statistics_and_parameters_fuses(fused, rng, dtype, monkeypatch):
+    # (x - mean) / sqrt(var + eps) * g + b: mean and var are keepdims reductions (n, 1), g and b rows (d,)
+    dtype = np.dtype(lf.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    x = random_array(rng, (8, 48), dtype)
+    g, b = random_array(rng, (48,), dtype), random_array(rng, (48,), dtype)
+
+    def ln(x, g, b):
+        m = lf.mean(x, axis=-1, keepdims=True)
+        v = lf.var(x, axis=-1, keepdims=True)
+        return (x - m) / lf.sqrt(v + 1e-5) * g + b
+    (got,), n = _run(fused, ln, [x, g, b])
+    (want,), m = _unfused(fused, ln, [x, g, b], monkeypatch)
+    # mean, var; (v + eps) and sqrt on the (8, 1) statistics; subtract, divide, multiply, add on (8, 48)
+    assert (n, m) == (4, 8)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_expressions_over_broadcast_inputs(fused, seed, monkeypatch):
+    # inputs of shapes (7, 33), (7, 1) and (33,): fused groups read the last two through strides
+    r = np.random.default_rng(2000 + seed)
+    dtype = [np.float32, np.float64, np.dtype(lf.bfloat16), np.int32][seed % 4]
+    inputs = [random_array(r, s, dtype) for s in ((7, 33), (7, 1), (33,))]
+    trees = [_random_tree(r, 5, 3, dtype == np.int32) for _ in range(3)]
+
+    def build(*xs):
+        return [_evaluate(t, xs) for t in trees]
+    with np.errstate(all="ignore"):
+        want, m = _unfused(fused, build, inputs, monkeypatch)
+        got, n = _run(fused, build, inputs, lanes=2)
+    assert n <= m
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)

@@ -5,6 +5,8 @@ them is the GPU suite's job. Skips when NVRTC is not installed (the dev extra in
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -60,7 +62,7 @@ def test_elementwise_kernels_compile(fn, dtype, unary):
     _compile(src, name)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(16))
 def test_fused_kernels_of_random_expressions_compile(seed, monkeypatch):
     import test_fusion as tf
     from laneflow.backends.cpu import backend as cpu_backend
@@ -72,7 +74,8 @@ def test_fused_kernels_of_random_expressions_compile(seed, monkeypatch):
     run = cpu_backend._KERNELS["fused"]
 
     def record(lane, prim, ins, outs):
-        seen.append((prim.steps, tuple(a.dtype for a in ins), outs[0].dtype))
+        seen.append((prim.steps, [SimpleNamespace(shape=a.shape, size=a.size, dtype=a.dtype) for a in ins],
+                     SimpleNamespace(shape=outs[0].shape, size=outs[0].size, dtype=outs[0].dtype)))
         run(lane, prim, ins, outs)
 
     monkeypatch.setitem(cpu_backend._KERNELS, "fused", record)
@@ -83,7 +86,8 @@ def test_fused_kernels_of_random_expressions_compile(seed, monkeypatch):
         dts = [np.dtype(tf._MIXED[int(k)]) for k in r.integers(0, len(tf._MIXED), 3)]
     integer = all(d.kind in "iu" for d in dts)
     trees = [tf._random_tree(r, 6, 3, integer) for _ in range(3)]
-    inputs = [r.uniform(-1, 1, 16).astype(d) for d in dts]
+    shapes = ((7, 16), (7, 1), (16,)) if seed >= 12 else ((16,),) * 3  # broadcast inputs: strided reads
+    inputs = [r.uniform(-1, 1, sh).astype(d) for sh, d in zip(shapes, dts)]
     with np.errstate(all="ignore"):
         try:
             tf._run(lf.cpu, lambda *xs: [tf._evaluate(t, xs) for t in trees], inputs)
@@ -92,8 +96,10 @@ def test_fused_kernels_of_random_expressions_compile(seed, monkeypatch):
     if seed >= 6 and not seen:
         pytest.skip("no fused group in this mixed-dtype expression")
     assert seen, "no fused group formed"
-    for steps, in_dts, out_dt in seen:
-        src, name, _ = F._build(steps, F._loops(steps, in_dts), in_dts, out_dt, False)
+    for steps, ins, out in seen:
+        in_dts = tuple(a.dtype for a in ins)
+        kinds, nd, _ = F._geometry(ins, out)
+        src, name, _ = F._build(steps, F._loops(steps, in_dts), in_dts, out.dtype, False, kinds, nd)
         _compile(src, name)
 
 
@@ -141,6 +147,7 @@ with lf.stream(s):
         if dt in (lf.float32, lf.bfloat16, lf.float16, lf.float64):
             outs.append(((x * 2).astype(lf.float64) + 1).astype(lf.int32).astype(dt) - x)  # casts inside a fused group
             outs.append(lf.tanh(x / lf.max(x)) * 2 + 1)  # a single-element input of a fused group
+            outs.append((x - lf.mean(x, axis=-1, keepdims=True)) * y + 1)  # broadcast inputs of a fused group
             outs += [lf.var(x, axis=1), lf.std(x), lf.softmax(x, axis=-1), lf.logsumexp(x, axis=0),
                      lf.tanh(lf.exp(x) * 0.5 + lf.sin(x)) - lf.sqrt(lf.abs(x)), lf.sigmoid(x), lf.rsqrt(lf.abs(x) + 1)]
     outs += [lf.arange(10, dtype=lf.int32), lf.linspace(0.0, 1.0, 7), lf.eye(4, 5, 1), lf.full((3, 3), 2.5),

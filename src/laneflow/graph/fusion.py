@@ -3,9 +3,9 @@
 Python host time, not the GPU, limits a chain of small elementwise ops: each op as its own command
 costs an allocation, a launch and an event record. At ``lf.eval`` this pass merges an elementwise
 node with the elementwise nodes that feed only it: a producer is absorbed when it is pending, has
-exactly one use (its consumer) and no user-visible array, has the shape of the group (no broadcasting
-inside a group; an input from outside may be a single element, read as element 0), is not ``power`` (whose integer case has a host-side check) and the
-group stays within :data:`MAX_FUSE` ops. The group becomes one :class:`FusedNode` computing the root;
+exactly one use (its consumer) and no user-visible array, has the shape of the group (every step has
+the output's shape; inputs from outside may broadcast: a keepdims reduction, a bias row), is not
+``power`` (whose integer case has a host-side check) and the group stays within :data:`MAX_FUSE` ops. The group becomes one :class:`FusedNode` computing the root;
 its inputs are the group's external values.
 
 Results are those of the unfused ops, bit for bit: each step computes in its own loop dtype and is
@@ -71,21 +71,7 @@ def _fusible(d: ArrayData) -> bool:
     if p is None or d.siblings is not None:
         return False
     k = p.kind
-    if (k != "elementwise" or p.fn == "power") and k != "astype":
-        return False
-    shape = d.shape
-    for i in d.inputs:
-        if i.shape != shape and not _one(i.shape):
-            return False
-    return True
-
-
-def _one(shape: tuple) -> bool:
-    """A single element (any number of 1-sized dims): broadcast by reading element 0."""
-    for s in shape:
-        if s != 1:
-            return False
-    return True
+    return (k == "elementwise" and p.fn != "power") or k == "astype"
 
 
 def fuse(items: list) -> list | None:

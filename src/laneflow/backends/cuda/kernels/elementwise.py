@@ -168,20 +168,25 @@ def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_
     e = expr(fn, vals, loop, out_loop)
     res_dt = _result_dtype(fn, loop, out_loop)
     store = C.store(C.conv(e, res_dt, out_dt), out_dt)
-    offs = ""
-    if strided:
-        # decompose i once, accumulate every strided operand's offset
-        offs += "  long long " + ", ".join(f"o{k} = 0" for k in strided) + ";\n"
-        offs += f"  {{ {idx_t} rem_ = i;\n"
-        for d in range(nd - 1, -1, -1):
-            if d:
-                offs += f"    {{ {idx_t} c_ = rem_ % ({idx_t})shape.v[{d}]; rem_ /= ({idx_t})shape.v[{d}];"
-            else:
-                offs += f"    {{ {idx_t} c_ = rem_;"
-            offs += "".join(f" o{k} += (long long)c_ * st{k}.v[{d}];" for k in strided) + " }\n"
-        offs += "  }\n"
+    offs = offsets_code(strided, nd, idx_t)
     src = grid_loop(name, sig, idx_t, f"{offs}{''.join(body)}  out[i] = {store};\n")
     return src, name, "".join(params)
+
+
+def offsets_code(strided: list, nd: int, idx_t: str) -> str:
+    """C code giving ``o{k}``, the element offset of strided operand k at output index ``i``: ``i`` is
+    decomposed once over ``shape`` (a Dims parameter) and each operand's ``st{k}`` strides applied."""
+    if not strided:
+        return ""
+    offs = "  long long " + ", ".join(f"o{k} = 0" for k in strided) + ";\n"
+    offs += f"  {{ {idx_t} rem_ = i;\n"
+    for d in range(nd - 1, -1, -1):
+        if d:
+            offs += f"    {{ {idx_t} c_ = rem_ % ({idx_t})shape.v[{d}]; rem_ /= ({idx_t})shape.v[{d}];"
+        else:
+            offs += f"    {{ {idx_t} c_ = rem_;"
+        offs += "".join(f" o{k} += (long long)c_ * st{k}.v[{d}];" for k in strided) + " }\n"
+    return offs + "  }\n"
 
 
 def grid_loop(name: str, sig: list, idx_t: str, body: str) -> str:

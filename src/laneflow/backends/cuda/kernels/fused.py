@@ -5,16 +5,19 @@ loop dtypes, the same C expression, the same scalar conversion), and its result 
 step's dtype through its storage type, as a store and a load between two kernels would. A float
 result passes an empty ``asm volatile`` barrier, so the compiler cannot contract a multiply of one
 step with an add of the next into an FMA: the fused kernel gives the unfused results bit for bit.
-Every operand has the output's shape and is contiguous, or is a single element read at [0] (the pass
-only fuses those), so the kernel indexes linearly.
+An input of the output's shape is read at the output index, a single element at 0, and a broadcast
+one (a keepdims reduction, a bias row) at the offset its strides give over the collapsed dims, as in
+the single-op kernels; intermediate steps always have the output's shape.
 """
 
 from __future__ import annotations
 
 from . import cdefs as C
+from ....errors import LaneflowError
 from .elementwise import (_COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, grid_loop,
-                          int_class, loop_dtypes)
+                          int_class, loop_dtypes, offsets_code)
 from .launch import grid_1d
+from .plan import MAXD, broadcast_strides, classify, collapse
 
 _BARRIER = {"float": "f", "double": "d"}
 _plans: dict = {}
@@ -34,8 +37,9 @@ def _loops(steps: tuple, in_dts: tuple) -> tuple:
     return tuple(out)
 
 
-def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, ones: tuple = ()):
-    """Kernel source; ``ones[k]``: input k is a single element (read at [0], broadcast)."""
+def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, kinds: tuple, nd: int):
+    """Kernel source. ``kinds[k]`` says how input k is read: "c" the output's shape (at ``i``), "s" one
+    element (at 0), "g" broadcast (at the offset its strides give, over ``nd`` collapsed dims)."""
     idx_t = "long long" if wide else "unsigned"
     sig = [f"{C.storage(out_dt)}* __restrict__ out"]
     params = ["p"]
@@ -54,7 +58,7 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, ones: 
                 vals.append(f"s{si}")
                 si += 1
             elif o >= 0:
-                ref = f"a{o}[0]" if ones and ones[o] else f"a{o}[i]"
+                ref = {"c": f"a{o}[i]", "s": f"a{o}[0]", "g": f"a{o}[o{o}]"}[kinds[o]]
                 vals.append(C.conv(C.load(ref, in_dts[o]), in_dts[o], lt))
             else:
                 src = steps[-o - 1][2]
@@ -64,11 +68,33 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, ones: 
         body.append(f"    {st} w{j} = {C.store(C.conv(e, _result_dtype(fn, list(loop), out_loop), dtype), dtype)};\n")
         if st in _BARRIER:
             body.append(f'    asm volatile("" : "+{_BARRIER[st]}"(w{j}));\n')
+    strided = [k for k, kd in enumerate(kinds) if kd == "g"]
+    if strided:
+        sig.append("Dims shape")
+        params.append("D")
+        for k in strided:
+            sig.append(f"Dims st{k}")
+            params.append("D")
     sig.append("long long n")
     params.append("q")
     name = "lf_fused"
-    src = grid_loop(name, sig, idx_t, f"{''.join(body)}    out[i] = w{len(steps) - 1};\n")
+    src = grid_loop(name, sig, idx_t,
+                    f"{offsets_code(strided, nd, idx_t)}{''.join(body)}    out[i] = w{len(steps) - 1};\n")
     return src, name, "".join(params)
+
+
+def _geometry(ins, out) -> tuple:
+    """(kinds, collapsed dims, extra Dims arguments) of the inputs against the output."""
+    shape, n = out.shape, out.size
+    if all(a.shape == shape or a.size == 1 for a in ins):
+        return tuple("c" if a.shape == shape or n == 1 else "s" for a in ins), 0, ()
+    sets = [broadcast_strides(a.shape, shape) for a in ins]
+    cshape, csets = collapse(shape, sets)
+    if len(cshape) > MAXD:
+        raise LaneflowError(f"fused elementwise: more than {MAXD} non-mergeable dimensions")
+    kinds = tuple(classify(cs, cshape) for cs in csets)
+    strided = [k for k, kd in enumerate(kinds) if kd == "g"]
+    return kinds, len(cshape) if strided else 0, ((cshape, *(csets[k] for k in strided)) if strided else ())
 
 
 def fused(lane, prim, ins, outs) -> None:
@@ -78,29 +104,34 @@ def fused(lane, prim, ins, outs) -> None:
         return
     steps = prim.steps
     in_dts = tuple(a.dtype for a in ins)
-    ones = tuple(a.size == 1 and n != 1 for a in ins)  # single elements broadcast over the output
+    shape = out.shape
+    # the common case (every input the output's shape, or one element) needs no shapes in the key
+    geom = (tuple(a.size == 1 and n != 1 for a in ins) if all(a.shape == shape or a.size == 1 for a in ins)
+            else (tuple(a.shape for a in ins), shape))
     # scalar values are arguments; only their Python types (and, for comparisons with ints, their
     # magnitude class) shape the kernel
     shape_of = tuple((fn, tuple(o if o.__class__ is int else _scalar_key(fn, o.value) for o in ops), dtype)
                      for fn, ops, dtype in steps)
-    key = (shape_of, in_dts, ones, out.dtype, n >= 2**31 - 2**20, lane.ctx)
+    wide = n >= 2**31 - 2**20
+    key = (shape_of, in_dts, geom, out.dtype, wide, lane.ctx)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:
             _plans.clear()
         loops = _loops(steps, in_dts)
-        wide = key[4]
-        spec = ("fused", shape_of, in_dts, ones, out.dtype, wide)
-        kern = lane.ctx.modules.get(spec, lambda: _build(steps, loops, in_dts, out.dtype, wide, ones))
+        kinds, nd, tail = _geometry(ins, out)
+        spec = ("fused", shape_of, in_dts, kinds, nd, out.dtype, wide)
+        kern = lane.ctx.modules.get(spec, lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd))
         convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
                       for q, o in enumerate(ops) if o.__class__ is not int)
-        plan = _plans[key] = (kern, convs)
-    kern, convs = plan
+        plan = _plans[key] = (kern, convs, tail)
+    kern, convs, tail = plan
     grid = grid_1d(lane.ctx, (n + 3) // 4)  # per launch: the plan serves every size
     args = [out.ptr]
     args.extend(a.ptr for a in ins)
     scalars = [o.value for _, ops, _ in steps for o in ops if o.__class__ is not int]
     args.extend(c(v) for c, v in zip(convs, scalars))
+    args.extend(tail)
     args.append(n)
     kern.launch(lane.stream, grid, (256, 1, 1), args)
 
