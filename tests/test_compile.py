@@ -262,3 +262,16 @@ def test_back_to_back_calls_reuse_the_arena_only_after_earlier_readers(rng):
         ref = np.stack([np.sin(a * (k + 1)) + np.cos(a) for k in range(4)]).sum(axis=0)
         np.testing.assert_array_equal(np.asarray(o), ref)
     s.close()
+
+
+def test_equal_devices_from_different_spellings_share_one_trace(rng):
+    # lf.cpu and a device parsed from "cpu" are equal objects, not the same one: one signature
+    s, s2 = lf.new_stream(lf.cpu, lanes=1), lf.new_stream("cpu", lanes=1)
+    f = lf.compile(lambda x: x * 2.0)
+    with lf.stream(s):
+        a = lf.array(rng.standard_normal(4))
+        b = lf.array(rng.standard_normal(4), stream=s2)
+        np.testing.assert_array_equal(np.asarray(f(a)), np.asarray(a) * 2.0)
+        np.testing.assert_array_equal(np.asarray(f(b)), np.asarray(b) * 2.0)
+    assert f.cache_size == 1
+    s.close(), s2.close()

@@ -158,6 +158,28 @@ with lf.stream(s):
     lf.eval(lf.ones(3) + 1.0)                # the next command queues the free
     assert ptr not in [p[0] for p in mem.pending] + [p[0] for p in mem.waiting]
 
+    # current_stream's cache never pairs a device with another device's stream, even when another
+    # thread changes the default device while the default stream is looked up
+    import threading
+    from laneflow import streams
+    lf.set_default_device(lf.cpu)
+    streams._last_default = (None, None)
+    real_default = streams.default_stream
+    def switching_default_stream(device=None):
+        st = real_default(device)
+        t = threading.Thread(target=lf.set_default_device, args=(lf.gpu,))
+        t.start(); t.join()
+        return st
+    seen = []
+    def no_stream_block():  # a thread of its own: no `with lf.stream` on its stack
+        streams.default_stream = switching_default_stream
+        streams.current_stream()
+        streams.default_stream = real_default
+        seen.append((streams.current_stream().device, lf.default_device(), lf.ones(3)._data.device))
+    t = threading.Thread(target=no_stream_block)
+    t.start(); t.join()
+    assert seen == [(lf.gpu, lf.gpu, lf.gpu)], seen
+
     # fused kernels (on for this check): the launch grid follows each call's size, not the first's
     from laneflow.graph import fusion
     from laneflow.backends.cuda.backend import CUDABackend
@@ -171,6 +193,14 @@ with lf.stream(s):
         lf.eval((a * 2.0) + 1.0)
         sizes[n] = list(grids)
     assert sizes[1000] == [1] and len(sizes[50_000_000]) == 1 and sizes[50_000_000][0] > 1000, sizes
+    # a group whose inputs together leave more than 8 unmergeable dims runs as single-op kernels
+    xb = lf.array(np.ones((2,) * 10, np.float32))
+    bb = lf.array(np.ones((2, 1, 2, 1, 2, 1, 2, 2, 2, 2), np.float32))
+    cb = lf.array(np.ones((2, 2, 2, 2, 1, 2, 1, 2, 1, 2), np.float32))
+    lf.eval(xb, bb, cb)
+    grids.clear()
+    lf.eval((xb + bb) * cb)
+    assert len(grids) == 2, grids
 print("fake gpu ok")
 '''
 

@@ -289,3 +289,12 @@ def test_random_matmul_programs_on_one_lane_and_many_give_the_same_bits(grouped,
     for k, (a, b, r) in enumerate(zip(one, many, ref)):
         np.testing.assert_array_equal(a, b, err_msg=f"value {k}: many lanes differ from one lane")
         np.testing.assert_allclose(a, r, rtol=tol, atol=tol, err_msg=f"value {k}: differs from numpy")
+
+
+def test_empty_batches_do_not_group(grouped):
+    with lf.stream(grouped):
+        xs = [lf.array(np.ones((0, 4, 4), np.float32)) for _ in range(4)]
+        lf.eval(*xs)
+        ys, n = _commands(lambda: lf.eval(*(r := [x @ x for x in xs])) or r)
+    assert n == 4
+    assert all(np.asarray(y).shape == (0, 4, 4) for y in ys)

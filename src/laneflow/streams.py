@@ -104,7 +104,8 @@ def new_stream(device: Device | str | None = None, lanes: int | None = None, *,
     name = policy if policy is not None else os.environ.get("LANEFLOW_LANE_POLICY", "greedy")
     cls = POLICIES.get(name)
     if cls is None:
-        raise ValueError(f"new_stream: unknown lane policy {name!r}; expected one of {', '.join(POLICIES)}")
+        where = "" if policy is not None else " (from the environment variable LANEFLOW_LANE_POLICY)"
+        raise ValueError(f"new_stream: unknown lane policy {name!r}{where}; expected one of {', '.join(POLICIES)}")
     return Stream(d, b, lanes, cls())
 
 
@@ -160,8 +161,9 @@ def current_stream() -> Stream:
 
 def _remember_default() -> Stream:
     global _last_default
-    s = default_stream()
-    _last_default = (_default_device, s)
+    d = default_device()
+    s = default_stream(d)
+    _last_default = (d, s)  # the device read once: another thread may change the default meanwhile
     return s
 
 

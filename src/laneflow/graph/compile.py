@@ -229,7 +229,8 @@ class CompiledFunction:
         stream = current_stream()
         dev = stream.device  # the stream id is in the key, so None can stand for its device (cheaper to hash)
         key = (treedef, stream.id,
-               tuple([(d.shape, d.dtype, None if d.device is dev else d.device) for d in [a._data for a in leaves]]))
+               tuple([(d.shape, d.dtype, None if d.device is dev or d.device == dev else d.device)
+                      for d in [a._data for a in leaves]]))
         try:
             plan = self._plans.get(key)
         except TypeError:

@@ -31,7 +31,7 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     if (x.dtype is y.dtype and len(xs) == len(ys) and len(xs) >= 2 and xs[:-2] == ys[:-2]
             and xs[-1] == ys[-2] and x.dtype in _FAST):
         # the common case (equal batches, one float dtype) without broadcasting or promotion rules
-        gkey = (xs, ys, x.dtype) if xs[-1] and xs[-2] and ys[-1] else None  # grouping skips empty products
+        gkey = (xs, ys, x.dtype) if xs[-1] and xs[-2] and ys[-1] and 0 not in xs[:-2] else None  # not empty
         return node(Matmul(gkey), (x, y), xs[:-1] + ys[-1:], x.dtype, st)
     xm = xs if len(xs) > 1 else (1,) + xs
     ym = ys if len(ys) > 1 else ys + (1,)

@@ -124,8 +124,8 @@ def deferred(lane, explain: Callable, op: str = "kernel") -> int:
     so the compiled plan replays its commands and the failure is still reported."""
     slots = slots_of(lane.ctx)
     if lane.checks is None:
-        raise LaneflowError(f"{op}: checks its indices on the device and reports at the host wait, which a "
-                            "CUDA graph replay cannot do")
+        raise LaneflowError(f"{op}: checks its values on the device (indices, exponents, solver status) and "
+                            "reports at the host wait, which a CUDA graph replay cannot do")
     slot = slots.take()
     lane.defer(SlotCheck(slots, slot, explain))
     return slots.device_ptr(slot)

@@ -13,9 +13,9 @@ the single-op kernels; intermediate steps always have the output's shape.
 from __future__ import annotations
 
 from . import cdefs as C
-from ....errors import LaneflowError
+from ..memory import ViewArray
 from .elementwise import (_COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, grid_loop,
-                          int_class, loop_dtypes, offsets_code)
+                          int_class, loop_dtypes, offsets_code, run)
 from .launch import grid_1d
 from .plan import MAXD, broadcast_strides, classify, collapse
 
@@ -83,15 +83,21 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, kinds:
     return src, name, "".join(params)
 
 
-def _geometry(ins, out) -> tuple:
-    """(kinds, collapsed dims, extra Dims arguments) of the inputs against the output."""
+#: Largest parameter block a fused kernel may take (the classic 4 KiB launch limit, with room to spare).
+_PARAM_LIMIT = 4000
+
+
+def _geometry(ins, out) -> tuple | None:
+    """(kinds, collapsed dims, extra Dims arguments) of the inputs against the output, or None when one
+    kernel cannot take them: more than MAXD dims stay unmerged across all inputs together (each single
+    op may have fewer), or the strides would not fit the parameter block."""
     shape, n = out.shape, out.size
     if all(a.shape == shape or a.size == 1 for a in ins):
         return tuple("c" if a.shape == shape or n == 1 else "s" for a in ins), 0, ()
     sets = [broadcast_strides(a.shape, shape) for a in ins]
     cshape, csets = collapse(shape, sets)
     if len(cshape) > MAXD:
-        raise LaneflowError(f"fused elementwise: more than {MAXD} non-mergeable dimensions")
+        return None
     kinds = tuple(classify(cs, cshape) for cs in csets)
     strided = [k for k, kd in enumerate(kinds) if kd == "g"]
     return kinds, len(cshape) if strided else 0, ((cshape, *(csets[k] for k in strided)) if strided else ())
@@ -114,12 +120,21 @@ def fused(lane, prim, ins, outs) -> None:
                      for fn, ops, dtype in steps)
     wide = n >= 2**31 - 2**20
     key = (shape_of, in_dts, geom, out.dtype, wide, lane.ctx)
-    plan = _plans.get(key)
-    if plan is None:
+    plan = _plans.get(key, False)
+    if plan is None:  # this group cannot be one kernel (see _geometry)
+        _stepwise(lane, steps, ins, out)
+        return
+    if plan is False:
         if len(_plans) > 4096:
             _plans.clear()
         loops = _loops(steps, in_dts)
-        kinds, nd, tail = _geometry(ins, out)
+        geo = _geometry(ins, out)
+        n_scalars = sum(1 for _, ops, _ in steps for o in ops if o.__class__ is not int)
+        if geo is None or 8 * (len(ins) + n_scalars + 2) + 64 * len(geo[2]) > _PARAM_LIMIT:
+            plan = _plans[key] = None  # one kernel per step instead
+            _stepwise(lane, steps, ins, out)
+            return
+        kinds, nd, tail = geo
         spec = ("fused", shape_of, in_dts, kinds, nd, out.dtype, wide)
         kern = lane.ctx.modules.get(spec, lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd))
         convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
@@ -134,6 +149,35 @@ def fused(lane, prim, ins, outs) -> None:
     args.extend(tail)
     args.append(n)
     kern.launch(lane.stream, grid, (256, 1, 1), args)
+
+
+def _stepwise(lane, steps: tuple, ins: list, out) -> None:
+    """The group's steps as single-op kernels (the same bits as the unfused ops), intermediates in
+    stream-ordered temporaries: for the rare group one fused kernel cannot take."""
+    mem = lane.ctx.memory
+    temps: list = []
+    vals: list = []
+    last = len(steps) - 1
+    try:
+        for j, (fn, operands, dtype) in enumerate(steps):
+            if j == last:
+                dst = out
+            else:
+                ptr = mem.raw_alloc(max(1, out.size * dtype.itemsize), lane.stream, "fused elementwise")
+                temps.append(ptr)
+                dst = ViewArray(lane.ctx, out.shape, dtype, ptr)
+            arrays, ops = [], []
+            for o in operands:
+                if o.__class__ is int:
+                    ops.append(len(arrays))
+                    arrays.append(ins[o] if o >= 0 else vals[-o - 1])
+                else:
+                    ops.append(o)
+            run(lane, fn, tuple(ops), arrays, dst)
+            vals.append(dst)
+    finally:
+        for ptr in temps:
+            mem.raw_free(ptr, lane.stream)
 
 
 def _scalar_key(fn: str, v) -> tuple:
