@@ -237,8 +237,9 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
     n = out.size
     if n == 0:
         return
-    pattern = tuple(ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands)
-    shapes = tuple(ins[o].shape for o in operands if o.__class__ is int)
+    # one pass (list comprehensions build tuples faster than generators on this hot path)
+    pattern = tuple([ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands])
+    shapes = tuple([ins[o].shape for o in operands if o.__class__ is int])
     key = (fn, pattern, shapes, out.shape, out.dtype, lane.ctx)
     if fn in _COMPARE and int in pattern:
         # a Python int outside the array's range widens the loop: plan per magnitude class
@@ -304,6 +305,9 @@ def int_class(v: int) -> tuple:
 
 
 def _py_type(v):
+    t = v.__class__
+    if t is float or t is int or t is bool:
+        return t
     if isinstance(v, bool):
         return bool
     if isinstance(v, int):
