@@ -8,13 +8,8 @@ types and enums; part of the dev extra)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-
-import laneflow as lf
+from conftest import run_under_fake_driver
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed (pip install -e '.[dev]')")
 
@@ -206,9 +201,5 @@ print("fake gpu ok")
 
 
 def test_cuda_graph_plan_and_deferred_checks_bookkeeping_under_a_fake_driver(tmp_path):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    src = os.path.dirname(os.path.dirname(lf.__file__))
-    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), LANEFLOW_KERNEL_CACHE="")
-    p = subprocess.run([sys.executable, "-c", _SCRIPT, os.path.join(root, "tools")], capture_output=True,
-                       text=True, env=env, timeout=240, cwd=str(tmp_path), check=False)
+    p = run_under_fake_driver(_SCRIPT, tmp_path, timeout=240)
     assert p.returncode == 0 and "fake gpu ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]

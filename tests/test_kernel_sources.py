@@ -164,16 +164,10 @@ def test_every_kernel_a_broad_workload_generates_compiles(tmp_path):
     """The CUDA backend under the no-op driver, with real NVRTC: every kernel a program touching every
     op family (and fused groups) would launch is compiled for sm_90. Catches template edits that
     break the generated source, with no GPU."""
-    import os
-    import subprocess
-    import sys
+    from conftest import run_under_fake_driver
 
     pytest.importorskip("cuda.bindings.driver")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    src = os.path.dirname(os.path.dirname(lf.__file__))
-    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), LANEFLOW_KERNEL_CACHE="")
-    p = subprocess.run([sys.executable, "-c", _WORKLOAD, os.path.join(root, "tools")], capture_output=True,
-                       text=True, env=env, timeout=600, cwd=str(tmp_path), check=False)
+    p = run_under_fake_driver(_WORKLOAD, tmp_path, timeout=600)
     assert p.returncode == 0 and "kernels compiled:" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]
     n = int(p.stdout.rsplit("kernels compiled:", 1)[1].split()[0])
     assert n >= 100, p.stdout

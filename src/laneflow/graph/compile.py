@@ -28,8 +28,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import LaneflowError
-from .fusion import FusedNode, fuse
-from .grouping import Group, group_matmuls
+from .fusion import FusedNode
+from .grouping import Group
 from .memory_plan import Value, plan_memory
 from .node import ArrayData, Primitive
 from . import schedule as _sched
@@ -281,10 +281,7 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
     steps = []
     n_slots = 0
     todo = [d for d in order if id(d) in depends and d.prim.kind != "placeholder"]
-    items = group_matmuls(todo)  # the same passes as eager evaluation, so the same kernels run
-    fused = fuse(todo if items is None else items)
-    if fused is not None:
-        items = fused
+    items = _sched.passes(todo)  # the same passes as eager evaluation, so the same kernels run
     for d in todo if items is None else items:
         if id(d) in places:
             continue  # a sibling produced it already

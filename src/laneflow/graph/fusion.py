@@ -83,7 +83,7 @@ def fuse(items: list) -> list | None:
     for d in items:
         if type(d) is ArrayData and d.prim.kind in _KINDS:
             backend = d.stream.backend
-            if getattr(backend, "fuses_elementwise", False):
+            if backend.fuses_elementwise:
                 cand = True
                 break
     if cand is None:
@@ -98,7 +98,7 @@ def fuse(items: list) -> list | None:
         if type(d) is not ArrayData or d in absorbed or not _fusible(d):
             continue
         backend = d.stream.backend
-        if not getattr(backend, "fuses_elementwise", False):
+        if not backend.fuses_elementwise:
             continue
         limit = backend.fuse_max_elements
         if limit is not None and d.size > limit:

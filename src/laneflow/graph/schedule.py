@@ -66,12 +66,7 @@ def schedule(roots: Sequence[ArrayData]) -> None:
     """Submit every pending node needed by roots. Returns without waiting for the work."""
     with LOCK:
         order = toposort(roots)
-        items = None
-        if len(order) > 1:
-            items = group_matmuls(order)
-            fused = fuse(order if items is None else items)
-            if fused is not None:
-                items = fused
+        items = passes(order) if len(order) > 1 else None
         for d in order if items is None else items:
             t = type(d)
             if t is Group:
@@ -80,6 +75,15 @@ def schedule(roots: Sequence[ArrayData]) -> None:
                 _schedule_fused(d)
             elif d.buffer is None:  # a sibling may have produced it already
                 _schedule_one(d)
+
+
+def passes(order: list) -> list | None:
+    """The scheduling passes over pending nodes in dependency order: matmul grouping, then
+    elementwise fusion. Returns the new item list, or None when neither changed anything. Eager
+    evaluation and compiled plans both run this, so both run the same kernels."""
+    items = group_matmuls(order)
+    fused = fuse(order if items is None else items)
+    return fused if fused is not None else items
 
 
 def _check_open(members, op: str) -> None:

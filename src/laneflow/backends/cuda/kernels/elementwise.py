@@ -147,16 +147,29 @@ def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_
         src = in_dts[ai]
         sig.append(f"const {C.storage(src)}* __restrict__ a{ai}")
         params.append("p")
-        if kd == "c":
-            ref = f"a{ai}[i]"
-        elif kd == "s":
-            ref = f"a{ai}[0]"
-        else:
-            ref = f"a{ai}[o{ai}]"
+        ref = operand_ref(ai, kd)
         body.append(f"  {C.compute(lt)} v{j} = {C.conv(C.load(ref, src), src, lt)};\n")
         vals.append(f"v{j}")
         ai += 1
     strided = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
+    tail_params(sig, params, strided)
+    e = expr(fn, vals, loop, out_loop)
+    res_dt = _result_dtype(fn, loop, out_loop)
+    store = C.store(C.conv(e, res_dt, out_dt), out_dt)
+    offs = offsets_code(strided, nd, idx_t)
+    src = grid_loop(name, sig, idx_t, f"{offs}{''.join(body)}  out[i] = {store};\n")
+    return src, name, "".join(params)
+
+
+def operand_ref(k: int, kind: str) -> str:
+    """How input ``a{k}`` is read at output index ``i``: "c" same shape (at i), "s" one element (at 0),
+    "g" broadcast (at the offset ``o{k}`` that :func:`offsets_code` computes)."""
+    return f"a{k}[i]" if kind == "c" else (f"a{k}[0]" if kind == "s" else f"a{k}[o{k}]")
+
+
+def tail_params(sig: list, params: list, strided: list) -> None:
+    """The last kernel parameters: the collapsed ``shape`` and each strided input's ``st{k}`` (when any
+    input is strided), then the element count ``n``."""
     if strided:
         sig.append("Dims shape")
         params.append("D")
@@ -165,12 +178,6 @@ def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_
             params.append("D")
     sig.append("long long n")
     params.append("q")
-    e = expr(fn, vals, loop, out_loop)
-    res_dt = _result_dtype(fn, loop, out_loop)
-    store = C.store(C.conv(e, res_dt, out_dt), out_dt)
-    offs = offsets_code(strided, nd, idx_t)
-    src = grid_loop(name, sig, idx_t, f"{offs}{''.join(body)}  out[i] = {store};\n")
-    return src, name, "".join(params)
 
 
 def offsets_code(strided: list, nd: int, idx_t: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import cdefs as C
 from ..memory import ViewArray
 from .elementwise import (_COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, grid_loop,
-                          int_class, loop_dtypes, offsets_code, run)
+                          int_class, loop_dtypes, offsets_code, operand_ref, run, tail_params)
 from .launch import grid_1d
 from .plan import MAXD, broadcast_strides, classify, collapse
 
@@ -58,8 +58,7 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, kinds:
                 vals.append(f"s{si}")
                 si += 1
             elif o >= 0:
-                ref = {"c": f"a{o}[i]", "s": f"a{o}[0]", "g": f"a{o}[o{o}]"}[kinds[o]]
-                vals.append(C.conv(C.load(ref, in_dts[o]), in_dts[o], lt))
+                vals.append(C.conv(C.load(operand_ref(o, kinds[o]), in_dts[o]), in_dts[o], lt))
             else:
                 src = steps[-o - 1][2]
                 vals.append(C.conv(C.load(f"w{-o - 1}", src), src, lt))
@@ -69,14 +68,7 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, kinds:
         if st in _BARRIER:
             body.append(f'    asm volatile("" : "+{_BARRIER[st]}"(w{j}));\n')
     strided = [k for k, kd in enumerate(kinds) if kd == "g"]
-    if strided:
-        sig.append("Dims shape")
-        params.append("D")
-        for k in strided:
-            sig.append(f"Dims st{k}")
-            params.append("D")
-    sig.append("long long n")
-    params.append("q")
+    tail_params(sig, params, strided)
     name = "lf_fused"
     src = grid_loop(name, sig, idx_t,
                     f"{offsets_code(strided, nd, idx_t)}{''.join(body)}    out[i] = w{len(steps) - 1};\n")
