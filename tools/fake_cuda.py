@@ -3,10 +3,16 @@ and profile the backend's *Python* host cost per op (the part a GPU run cannot s
 time). Results are garbage: nothing runs. Needs ``cuda-bindings`` importable (types and enums come from
 it); NVRTC and cuBLASLt are replaced too.
 
-    python tools/fake_cuda.py dispatch     # host us per tiny add, eager, on the fake GPU
-    python tools/fake_cuda.py compiled     # host us per compiled call (1 tiny op; CUDA graph path)
-    python tools/fake_cuda.py experts      # host us per compiled call, 32 matmuls
-    ... --profile                          # cProfile of the measured loop
+    python tools/fake_cuda.py dispatch          # host us per tiny add, eager, on the fake GPU
+    python tools/fake_cuda.py compiled          # host us per compiled call (1 tiny op; CUDA graph path)
+    python tools/fake_cuda.py experts           # host us per compiled call, 32 matmuls, 64 arguments
+    python tools/fake_cuda.py experts-captured  # the same with the 32 weights closed over (32 arguments)
+    python tools/fake_cuda.py eager-experts     # host us per eager step: 32 matmuls built and evaluated
+    ... N LANES                                 # ops/calls measured (default 5000), lanes (default 1)
+    ... --profile                               # cProfile of the measured loop
+
+Compiled modes also print the median host time from the call to its graph launch (the part of a call
+the GPU waits for; the output objects are built after the launch).
 
 A real driver call costs roughly 0.5-3 us more than these fakes (measured on the H200 machine).
 """
@@ -139,6 +145,8 @@ def install(real_nvrtc: bool = False) -> None:
 
 
 def main(argv: list[str]) -> None:
+    launches: list = []
+    FAKES["cuGraphLaunch"] = lambda *a: (launches.append(time.perf_counter()), (OK,))[1]
     install()
     import laneflow as lf
 
@@ -147,6 +155,12 @@ def main(argv: list[str]) -> None:
     s = lf.new_stream(lf.gpu, lanes=int(argv[2]) if len(argv) > 2 and argv[2].isdigit() else 1)
     rng = np.random.default_rng(0)
     with lf.stream(s):
+        starts: list = []
+        E = 32
+        if which in ("experts", "experts-captured", "eager-experts"):
+            xs = [lf.array(rng.standard_normal((16, 64)).astype(np.float32)) for _ in range(E)]
+            ws = [lf.array(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(E)]
+            lf.eval(*xs, *ws)
         if which == "dispatch":
             x0 = lf.array(rng.standard_normal(16).astype(np.float32))
 
@@ -156,12 +170,21 @@ def main(argv: list[str]) -> None:
                     x = x + 1.0
                 lf.eval(x)
             per = 100
+        elif which == "eager-experts":
+            def work():
+                y = None
+                for _ in range(10):
+                    y = [xs[i] @ ws[i] for i in range(E)]
+                    lf.async_eval(*y)
+                return y
+            per = 10
         else:
             if which == "experts":
-                E = 32
-                args = [lf.array(rng.standard_normal((16, 64)).astype(np.float32)) for _ in range(E)] + \
-                       [lf.array(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(E)]
+                args = xs + ws
                 f = lf.compile(lambda *a: [a[i] @ a[E + i] for i in range(E)])
+            elif which == "experts-captured":
+                args = xs
+                f = lf.compile(lambda *a: [a[i] @ ws[i] for i in range(E)])
             else:
                 args = [lf.array(rng.standard_normal(16).astype(np.float32))]
                 f = lf.compile(lambda x: x + 1.0)
@@ -170,13 +193,16 @@ def main(argv: list[str]) -> None:
             def work():
                 out = None
                 for _ in range(100):
+                    starts.append(time.perf_counter())
                     out = f(*args)
                 return out
             per = 100
         for _ in range(3):
             work()
-        if which != "dispatch":
+        if which not in ("dispatch", "eager-experts"):
             print("stats", f.stats())
+        starts.clear()
+        launches.clear()
         reps = max(1, n // per)
         t = time.perf_counter()
         if "--profile" in argv:
@@ -193,7 +219,11 @@ def main(argv: list[str]) -> None:
             for _ in range(reps):
                 work()
         dt = (time.perf_counter() - t) / (reps * per)
-        print(f"{which}: {dt * 1e6:.2f} us host per {'op' if which == 'dispatch' else 'call'} (fake driver)")
+        unit = {"dispatch": "op", "eager-experts": "step"}.get(which, "call")
+        print(f"{which}: {dt * 1e6:.2f} us host per {unit} (fake driver)")
+        if starts and len(launches) == len(starts):
+            to_launch = np.median(np.subtract(launches, starts))
+            print(f"{which}: {to_launch * 1e6:.2f} us from the call to its graph launch (median)")
 
 
 if __name__ == "__main__":
