@@ -139,7 +139,7 @@ def test_independent_branches_become_parallel_graph_branches(rng, strict, monkey
         st = f.stats()[0]
         assert st["mode"] == "cuda graph" and st["branches"] == 8 and st["nodes"] >= 16, st
         for o, w in zip(outs, ws):
-            np.testing.assert_allclose(np.asarray(o), np.tanh(np.asarray(x) @ np.asarray(w)), rtol=2e-5, atol=2e-6)
+            np.testing.assert_allclose(np.asarray(o), np.tanh(np.asarray(x) @ np.asarray(w)), rtol=1e-4, atol=2e-5)
 
 
 def test_repeated_calls_allocate_nothing(rng, strict):

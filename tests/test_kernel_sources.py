@@ -111,6 +111,21 @@ def test_grouped_matmul_pointer_kernel_and_integer_matmul_compile():
     _compile(src, name)
 
 
+@pytest.mark.parametrize("op", ["softmax", "logsumexp"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_one_warp_per_row_softmax_kernels_compile(op, dtype):
+    from laneflow import dtypes as dt
+    from laneflow.backends.cuda.kernels import reduce as R
+
+    d = getattr(dt, dtype)
+    for vpl in (1, 8, 64 if dtype != "float64" else 32):
+        src, name, _ = R._build_warp_rows(op, d, d, vpl)
+        _compile(src, name)
+        if dtype == "float32" and vpl > 1:  # four elements per access
+            src, name, _ = R._build_warp_rows(op, d, d, vpl, vec=4)
+            _compile(src, name)
+
+
 _WORKLOAD = r'''
 import sys
 sys.path.insert(0, sys.argv[1])

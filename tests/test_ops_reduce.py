@@ -228,7 +228,9 @@ def _logsumexp64(x, axis, keepdims):
 def test_softmax_sums_to_one_and_matches_the_definition(device, rng, dtype):
     out = expected_dtype(np.exp, np.dtype(dtype))
     for shape, axis in [((7,), -1), ((3, 4, 5), -1), ((3, 4, 5), 0), ((3, 4, 5), (0, 2)), ((3, 4, 5), None),
-                        ((2, 0), -1), ((3, 0), 0), ((), None)]:
+                        ((2, 0), -1), ((3, 0), 0), ((), None),
+                        # rows of the one-warp kernel (padded, up to 2048) and longer ones (block kernel)
+                        ((4, 33), -1), ((3, 1000), 1), ((2, 2048), -1), ((2, 1500), -1), ((2, 3000), -1)]:
         x = random_array(rng, shape, dtype)
         with lf.stream(device):
             got = lf.softmax(lf.array(x), axis=axis) if axis != -1 else lf.softmax(lf.array(x))
@@ -240,7 +242,7 @@ def test_softmax_sums_to_one_and_matches_the_definition(device, rng, dtype):
 def test_logsumexp_matches_the_definition(device, rng, dtype, keepdims):
     out = expected_dtype(np.exp, np.dtype(dtype))
     for shape, axis in [((7,), None), ((3, 4, 5), 1), ((3, 4, 5), -1), ((3, 4, 5), (0, 2)), ((), None),
-                        ((2, 0), 0), ((2, 0), 1), ((0,), None)]:
+                        ((2, 0), 0), ((2, 0), 1), ((0,), None), ((4, 33), 1), ((2, 1500), -1), ((2, 3000), -1)]:
         x = random_array(rng, shape, dtype)
         with lf.stream(device):
             got = lf.logsumexp(lf.array(x), axis=axis, keepdims=keepdims)

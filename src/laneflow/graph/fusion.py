@@ -16,9 +16,9 @@ the program alone (never on lanes or streams); a group runs on its root's stream
 A backend opts in with ``Backend.fuses_elementwise``, and may cap the size of arrays it fuses
 (``fuse_max_elements``). The CPU backend fuses arrays of up to 65,536 elements: there fusion saves
 the per-command host cost (numpy still runs each step); above that numpy's time dominates, and a
-fused tree would run branches one after another that lanes could run at once. The CUDA backend does only with ``LANEFLOW_FUSE=1`` until its
-generated kernels have passed the GPU test suite and fuzzer (see docs/cuda-notes.md).
-``LANEFLOW_FUSE=0`` turns fusion off everywhere.
+fused tree would run branches one after another that lanes could run at once. The CUDA backend fuses
+arrays of any size: one kernel reads each input once and writes one output, where separate kernels
+would store and reload every intermediate. ``LANEFLOW_FUSE=0`` turns fusion off everywhere.
 """
 
 from __future__ import annotations

@@ -86,8 +86,16 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     return node(Elementwise(name, fn or name, tuple(operands)), datas, shape, dtype, st)
 
 
+#: Primitives are immutable, so the fast paths share one per (op, operands): a chain like
+#: ``x = x + 1.0`` then allocates one graph node per op instead of three objects more, which keeps
+#: Python's cyclic garbage collector from running full passes over long lazy graphs.
+_PRIM_CACHE_MAX = 64
+
+
 def _binary(name: str, npname: str | None = None):
     ufunc = getattr(np, npname or name)
+    both = Elementwise(name, name, (0, 1))
+    with_scalar: dict = {}  # (type, value) -> prim; never 0 (0.0 and -0.0 are equal keys) nor NaN
 
     def op(a: Any, b: Any, /, *, stream: Any = None) -> Array:
         if stream is None and a.__class__ is Array:
@@ -100,13 +108,18 @@ def _binary(name: str, npname: str | None = None):
                 if bc is float or (bc is int and d.dtype in _FLOATS):  # an int fits any float dtype
                     hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, bc)))
                     if hit is not None and hit[1] is None:
-                        return node(Elementwise(name, name, (0, Scalar(b))), (d,), d.shape, hit[0], st)
+                        prim = with_scalar.get((bc, b))
+                        if prim is None:
+                            prim = Elementwise(name, name, (0, Scalar(b)))
+                            if b and b == b and len(with_scalar) < _PRIM_CACHE_MAX:
+                                with_scalar[(bc, b)] = prim
+                        return node(prim, (d,), d.shape, hit[0], st)
                 elif bc is Array:
                     e = b._data
                     if e.shape == d.shape and (e.device is d.device or e.device == d.device):
                         hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, e.dtype)))
                         if hit is not None and hit[1] is None:
-                            return node(Elementwise(name, name, (0, 1)), (d, e), d.shape, hit[0], st)
+                            return node(both, (d, e), d.shape, hit[0], st)
         return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
@@ -116,6 +129,7 @@ def _binary(name: str, npname: str | None = None):
 
 def _unary(name: str, npname: str | None = None):
     ufunc = getattr(np, npname or name)
+    prim = Elementwise(name, name, (0,))
 
     def op(x: Any, /, *, stream: Any = None) -> Array:
         if stream is None and x.__class__ is Array:  # as in _binary: a signature seen before
@@ -124,7 +138,7 @@ def _unary(name: str, npname: str | None = None):
             if d.device is st.device or d.device == st.device:
                 hit = _SIGNATURES.get((name, ufunc, None, (d.dtype,)))
                 if hit is not None and hit[1] is None:
-                    return node(Elementwise(name, name, (0,)), (d,), d.shape, hit[0], st)
+                    return node(prim, (d,), d.shape, hit[0], st)
         return apply(name, (x,), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name

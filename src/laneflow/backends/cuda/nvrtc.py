@@ -23,7 +23,10 @@ from cuda.bindings import nvrtc
 from ...errors import LaneflowError
 
 _MAGIC = b"LFCUBIN1"
-_OPTIONS = ("-std=c++17",)
+# --fmad=false: a fused kernel must round every step as the separate kernels do (a*b+c contracted into one
+# fma differs from mul-then-add in the last bit), and numpy never contracts either. The kernels are bound by
+# memory bandwidth, so the lost fma costs nothing measurable (bench kernels, H200).
+_OPTIONS = ("-std=c++17", "--fmad=false")
 _mem: dict[str, bytes] = {}
 _lock = threading.Lock()
 _version: tuple[int, int] | None = None

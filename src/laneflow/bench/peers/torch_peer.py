@@ -198,6 +198,16 @@ def kernels(case, device, lanes):
     return out
 
 
+def kernel_one(case, device, lanes):
+    """One kernel of ``bench kernels``' bandwidth cases (``case.params["op"]``)."""
+    torch, dev, gpu, impl = _setup(device)
+    ins = [_tensor(torch, t, dev) for t in case.inputs.values()]
+    fns = {"add": torch.add, "broadcast multiply": torch.mul,
+           "last-axis sum": lambda x: x.sum(-1), "row softmax": lambda x: torch.softmax(x, -1)}
+    fn = fns[case.params["op"]]
+    return [impl("eager", lambda: fn(*ins), lanes=1)]
+
+
 def fences(case, device, lanes):
     torch, dev, gpu, impl = _setup(device)
     if not gpu:

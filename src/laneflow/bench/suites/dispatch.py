@@ -17,7 +17,7 @@ from ..harness import Case, Impl, chain_program, suite
 
 @suite("dispatch", "host cost per tiny op: chain of N tiny adds; tracing on vs off")
 def run(ctx):
-    n = ctx.size(quick={"n": 200}, cpu={"n": 2000}, gpu={"n": 2000})["n"]
+    n = ctx.size(quick={"n": 200}, cpu={"n": 2000}, gpu={"n": 10000})["n"]  # issue 3: 10,000 tiny adds
     x = np.zeros(16, np.float32)
     case = Case("dispatch", f"chain of {n} tiny adds (16 float32)", {"x": x}, x + np.float32(n),
                 bytes=n * 2 * x.nbytes, flops=n * x.size, items=n, item_name="op", params={"n": n})

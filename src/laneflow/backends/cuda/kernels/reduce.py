@@ -12,6 +12,8 @@ Accumulators follow numpy: integer sums in int64, float16/bfloat16 in float32; v
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .... import dtypes as dt
@@ -374,6 +376,62 @@ def _build_nn(op: str, in_dt, out_dt, inner: bool, nk: int, nr: int, cached: boo
     return f'extern "C" __global__ void __launch_bounds__(512) lf_nn({sig}) {{\n{body}}}\n', "lf_nn", "ppDDDDqq"
 
 
+#: Rows up to this long (per element size) take the one-warp-per-row kernel: the row lives in registers.
+_WARP_ROW_MAX = {4: 2048, 8: 1024}
+
+
+def _build_warp_rows(op: str, in_dt, out_dt, vpl: int, vec: int = 1):
+    """softmax / logsumexp over the last axis of contiguous rows of at most ``32 * vpl`` elements: one
+    warp per row, ``vpl`` values per thread in registers, shuffles only (no shared memory, no block
+    barriers). The input is read once, and softmax's output written once, with coalesced accesses;
+    ``vec=4`` (float32 rows of a multiple of 4 elements at 16-byte aligned addresses) moves four
+    neighbouring elements per access."""
+    W = "double" if out_dt == dt.float64 else "float"
+    wdt = dt.float64 if W == "double" else dt.float32
+    x = C.conv(C.load("in[base + r]", in_dt), in_dt, wdt)
+    chunks = vpl // vec
+    # element j of chunk k of this lane: column (k * 32 + lane) * vec + j
+    col = f"((long long)k * 32 + lane) * {vec}"
+
+    def warp(v: str, comb: str) -> str:
+        return f"    for (int s_ = 16; s_ > 0; s_ >>= 1) {{ {W} t_ = __shfl_xor_sync(0xffffffffu, {v}, s_); {v} = {comb}; }}\n"
+    if vec == 4:
+        load = (f"    #pragma unroll\n    for (int k = 0; k < {chunks}; ++k) {{ long long r = {col};"
+                f" if (r < R) {{ float4 t_ = reinterpret_cast<const float4*>(in + base)[r >> 2];"
+                f" v[4 * k] = t_.x; v[4 * k + 1] = t_.y; v[4 * k + 2] = t_.z; v[4 * k + 3] = t_.w; }}"
+                f" else {{ v[4 * k] = v[4 * k + 1] = v[4 * k + 2] = v[4 * k + 3] = -INFINITY; }} }}\n"
+                f"    #pragma unroll\n    for (int k = 0; k < {vpl}; ++k) m = lf_max_nan<float>(m, v[k]);\n")
+        valid = "(((long long)(k >> 2) * 32 + lane) * 4 < R)"
+        store = (f"    #pragma unroll\n    for (int k = 0; k < {chunks}; ++k) {{ long long r = {col};"
+                 f" if (r < R) reinterpret_cast<float4*>(out + base)[r >> 2] = make_float4(v[4 * k] / s,"
+                 f" v[4 * k + 1] / s, v[4 * k + 2] / s, v[4 * k + 3] / s); }}\n")
+    else:
+        load = (f"    #pragma unroll\n    for (int k = 0; k < {vpl}; ++k) {{ long long r = {col};"
+                f" v[k] = r < R ? {x} : ({W})(-INFINITY); m = lf_max_nan<{W}>(m, v[k]); }}\n")
+        valid = f"({col} < R)"
+        store = (f"    #pragma unroll\n    for (int k = 0; k < {vpl}; ++k) {{ long long r = {col};"
+                 f" if (r < R) out[base + r] = {C.store(C.conv('(v[k] / s)', wdt, out_dt), out_dt)}; }}\n")
+    if op == "softmax":
+        tail, fix = store, ""
+    else:
+        tail = f"    if (lane == 0) out[o] = {C.store(C.conv('(lf_log(s) + m)', wdt, out_dt), out_dt)};\n"
+        fix = "    if (!lf_isfinite(m)) m = 0;\n"
+    body = ("  const int lane = threadIdx.x & 31;\n"
+            "  for (long long o = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); o < nout;"
+            " o += (long long)gridDim.x * (blockDim.x >> 5)) {\n"
+            f"    const long long base = o * R;\n    {W} v[{vpl}];\n    {W} m = -INFINITY;\n"
+            + load + warp("m", f"lf_max_nan<{W}>(m, t_)") + fix
+            + f"    {W} s = 0;\n"
+            f"    #pragma unroll\n    for (int k = 0; k < {vpl}; ++k) {{ if ({valid}) {{ v[k] = lf_exp(v[k] - m); s += v[k]; }} }}\n"
+            + warp("s", "s + t_") + tail + "  }\n")
+    sig = f"{C.storage(out_dt)}* __restrict__ out, const {C.storage(in_dt)}* __restrict__ in, long long nout, long long R"
+    return f'extern "C" __global__ void __launch_bounds__(256) lf_nn_rows({sig}) {{\n{body}}}\n', "lf_nn_rows", "ppqq"
+
+
+#: ``LANEFLOW_WARP_ROWS=0``: softmax/logsumexp always use the block-per-row kernel (for A/B runs).
+_WARP_ROWS = os.environ.get("LANEFLOW_WARP_ROWS", "1") != "0"
+
+
 def _nn(lane, op: str, x, out, axes: tuple) -> None:
     plan = ReducePlan(x.shape, axes)
     if plan.nout == 0 or x.size == 0 and op == "softmax":
@@ -381,6 +439,18 @@ def _nn(lane, op: str, x, out, axes: tuple) -> None:
     ctx = lane.ctx
     R = plan.R
     wsize = 8 if out.dtype == dt.float64 else 4
+    if (_WARP_ROWS and plan.inner and len(plan.rshape) == 1 and len(plan.kshape) <= 1
+            and R <= _WARP_ROW_MAX[wsize]):
+        vec = 4 if (x.dtype == out.dtype == dt.float32 and R % 4 == 0 and R >= 128
+                    and x.ptr % 16 == 0 and out.ptr % 16 == 0) else 1
+        vpl = vec
+        while 32 * vpl < R:
+            vpl *= 2
+        kern = ctx.modules.get(("nn rows", op, x.dtype, out.dtype, vpl, vec),
+                               lambda: _build_warp_rows(op, x.dtype, out.dtype, vpl, vec))
+        grid = (int(min(-(-plan.nout // 8), ctx.sm_count * 64)), 1, 1)
+        kern.launch(lane.stream, grid, (256, 1, 1), (out.ptr, x.ptr, plan.nout, R))
+        return
     cached = op == "softmax" and plan.inner and R * wsize <= 48 * 1024
     spec = ("nn", op, x.dtype, out.dtype, plan.inner, len(plan.kshape), len(plan.rshape), cached)
     kern = ctx.modules.get(spec, lambda: _build_nn(op, x.dtype, out.dtype, plan.inner, len(plan.kshape),
