@@ -403,17 +403,23 @@ def _replay(plan: _Plan, leaves: list, stream: Any) -> Any:
             _replay_commands(plan, datas, slots)
         results = []
         made: dict = {}  # slot -> its value: an output returned twice is one value, never two sharing a buffer
+        new_d, new_a = ArrayData.__new__, Array.__new__
         for ref, shape, dtype, stream in plan.outputs:
-            if ref[0] == "arg":
-                d = datas[ref[1]]
-            elif ref[0] == "const":
-                d = ref[1]
-            else:
+            kind = ref[0]
+            if kind == "slot":
                 d = made.get(ref[1])
                 if d is None:
-                    d = made[ref[1]] = ArrayData(shape, dtype, stream, None)
-                    d.buffer = slots[ref[1]]
-            results.append(Array._wrap(d))
+                    # ArrayData.__init__ and Array._wrap inlined (tens of outputs per call; not tracing
+                    # here, so no note_created): every slot of an evaluated value
+                    d = made[ref[1]] = new_d(ArrayData)
+                    d.shape, d.dtype, d.stream, d.device, d.prim = shape, dtype, stream, stream.device, None
+                    d.inputs, d.siblings, d.buffer, d.users, d.arrays = (), None, slots[ref[1]], 0, 0
+            else:
+                d = datas[ref[1]] if kind == "arg" else ref[1]
+            a = new_a(Array)
+            a._data = d
+            d.arrays += 1
+            results.append(a)
     return _unflatten(plan.treedef, results)
 
 

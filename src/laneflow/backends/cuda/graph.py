@@ -323,24 +323,27 @@ class GraphPlan:
                                                         [*self._static_writes, region], lane=lane)
         err, checks = region.error, region.checks  # what the launch left (Command.run already ran)
         outs: dict = {}
-        new_bufs = []
         live = o.live
         device = self.device
         tag = o.tags
-        new = OutArray.__new__
+        new_h, new_b = OutArray.__new__, Buffer.__new__
+        ref = weakref.ref
+        last = []
+        # __new__ and plain attribute stores: a call builds tens of these, and __init__ calls cost
+        # more than the stores (every slot of both classes is set here)
         for slot, shape, dtype, n, size, offset in self.out_specs:
-            h = new(OutArray)
+            h = new_h(OutArray)
             h.ctx, h.shape, h.dtype, h.host, h.owner = ctx, shape, dtype, None, region
             h.size, h.nbytes, h.ptr = size, n, base + offset
             tag += 1
             h.tag = tag
             live.add(tag)
-            b = outs[slot] = Buffer(device, n, h, release)
-            b.writer = point
-            b.error, b.checks = err, checks
-            new_bufs.append(b)
+            b = outs[slot] = new_b(Buffer)
+            b.device, b.nbytes, b.data, b.writer, b.readers = device, n, h, point, {}
+            b.error, b.exported, b.release, b.checks = err, False, release, checks
+            last.append(ref(b))
         o.tags = tag
-        o.last = [weakref.ref(b) for b in new_bufs]
+        o.last = last
         return outs
 
     # -- capture ---------------------------------------------------------------------------------
