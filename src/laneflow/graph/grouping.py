@@ -73,6 +73,7 @@ def group_matmuls(order: list[ArrayData]) -> list | None:
     cands: dict = {}
     allowed: dict = {}  # (backend, dtype) -> does the backend group it
     deep = False        # does any node take another pending node as input (levels above 0)?
+    last = None         # (prim, backend, ok) of the last matmul: experts repeat one signature
     for d in order:
         if not deep:
             for i in d.inputs:
@@ -81,14 +82,16 @@ def group_matmuls(order: list[ArrayData]) -> list | None:
         p = d.prim
         if p.kind != "matmul" or p.gkey is None:  # gkey: the op checked shapes and dtypes (ops/linalg.py)
             continue
-        sa, sb, dtype = p.gkey
         backend = d.stream.backend
-        ok = allowed.get((id(backend), dtype))
-        if ok is None:
-            ok = allowed[(id(backend), dtype)] = backend.groups_matmul(dtype)
+        if last is not None and last[0] is p and last[1] is backend:
+            ok = last[2]
+        else:
+            ok = allowed.get((id(backend), p.gkey[2]))
+            if ok is None:
+                ok = allowed[(id(backend), p.gkey[2])] = backend.groups_matmul(p.gkey[2])
+            last = (p, backend, ok)
         if ok:
-            dev = d.device
-            cands.setdefault((dev.type, dev.index, sa, sb, dtype), []).append(d)
+            cands.setdefault((d.device, p.gkey), []).append(d)
     if not any(len(v) > 1 for v in cands.values()):
         return None
     # Nodes are dictionary keys by identity (ArrayData does not define equality).

@@ -13,6 +13,7 @@ from .primitives import Matmul
 
 
 _FAST = frozenset((dt.float16, dt.bfloat16, dt.float32, dt.float64))
+_PRIMS: dict = {}  # (shape of a, shape of b, dtype) -> its Matmul
 
 
 def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
@@ -31,8 +32,13 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     if (x.dtype is y.dtype and len(xs) == len(ys) and len(xs) >= 2 and xs[:-2] == ys[:-2]
             and xs[-1] == ys[-2] and x.dtype in _FAST):
         # the common case (equal batches, one float dtype) without broadcasting or promotion rules
-        gkey = (xs, ys, x.dtype) if xs[-1] and xs[-2] and ys[-1] and 0 not in xs[:-2] else None  # not empty
-        return node(Matmul(gkey), (x, y), xs[:-1] + ys[-1:], x.dtype, st)
+        gkey = (xs, ys, x.dtype)
+        prim = _PRIMS.get(gkey)
+        if prim is None:  # primitives are immutable: one per signature (one object less per product)
+            prim = Matmul(gkey if xs[-1] and xs[-2] and ys[-1] and 0 not in xs[:-2] else None)  # not empty
+            if len(_PRIMS) < 1024:
+                _PRIMS[gkey] = prim
+        return node(prim, (x, y), xs[:-1] + ys[-1:], x.dtype, st)
     xm = xs if len(xs) > 1 else (1,) + xs
     ym = ys if len(ys) > 1 else ys + (1,)
     if xm[-1] != ym[-2]:
