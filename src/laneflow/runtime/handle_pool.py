@@ -19,18 +19,25 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import Counter
 from typing import Any, Protocol
 
 POLICIES = ("device", "thread", "stream")
 _policy: str | None = None
 _env_policy: str | None = None  # LANEFLOW_HANDLE_POLICY as last read (the hot path reads no environment)
-_generation = 0  # bumped whenever the policy in force may have changed (pools re-key their lanes)
+_pools: "weakref.WeakSet[HandlePool]" = weakref.WeakSet()  # their lane -> entry caches are dropped then
+
+
+def _policy_changed() -> None:
+    """The policy in force may have changed: pools look their lanes' entries up afresh."""
+    for pool in list(_pools):
+        pool._fast.clear()
 
 
 def handle_policy() -> str:
     """The policy in force: set by :func:`set_handle_policy`, else ``LANEFLOW_HANDLE_POLICY``, else device."""
-    global _env_policy, _generation
+    global _env_policy
     if _policy is not None:
         return _policy
     env = os.environ.get("LANEFLOW_HANDLE_POLICY", "device")
@@ -38,18 +45,18 @@ def handle_policy() -> str:
         raise ValueError(f"LANEFLOW_HANDLE_POLICY must be one of {POLICIES}, got {env!r}")
     if env != _env_policy:
         _env_policy = env
-        _generation += 1
+        _policy_changed()
     return env
 
 
 def set_handle_policy(policy: str | None) -> None:
     """Choose how library handles are shared (``None`` returns to the environment/default)."""
-    global _policy, _env_policy, _generation
+    global _policy, _env_policy
     if policy is not None and policy not in POLICIES:
         raise ValueError(f"set_handle_policy: policy must be one of {POLICIES}, got {policy!r}")
     _policy = policy
     _env_policy = None
-    _generation += 1
+    _policy_changed()
 
 
 def _policy_now() -> str:
@@ -173,7 +180,8 @@ class HandlePool:
         self._entries: dict = {}
         self._lock = threading.Lock()
         self._counters = STATS.counters(library.name, library.binds_stream)
-        self._fast: dict = {}  # lane -> (policy generation, entry), for the device and stream policies
+        self._fast: dict = {}  # lane -> entry, for the device and stream policies (cleared on a policy change)
+        _pools.add(self)
 
     def _key(self, lane: Any, policy: str) -> tuple:
         if policy == "device":
@@ -198,7 +206,7 @@ class HandlePool:
                     STATS.handle_bytes[lib.name] += e.nbytes
                     STATS.handle_bytes_how[lib.name] = getattr(lib, "handle_bytes_how", "estimate")
         if policy != "thread":
-            self._fast[lane] = (_generation, e)
+            self._fast[lane] = e
         return e
 
     def use(self, lane: Any, need: int = 0) -> _Entry:
@@ -209,8 +217,9 @@ class HandlePool:
         ``with`` block ends, so no other thread rebinds it while the call is enqueued. When the
         handle is already bound to this lane, a use costs a dict lookup and the lock.
         """
-        f = self._fast.get(lane)
-        e = f[1] if f is not None and f[0] == _generation else self._entry(lane)
+        e = self._fast.get(lane)
+        if e is None:
+            e = self._entry(lane)
         e.lock.acquire()
         if e.ready is lane and need <= e.ready_size:
             e.counters[1] += 1  # set-stream (and workspace bind) elided
