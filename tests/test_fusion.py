@@ -1,7 +1,8 @@
 """Chains of elementwise ops of one evaluation run as one fused command (graph/fusion.py).
 
-The CPU backend fuses by default, the GPU only with ``LANEFLOW_FUSE=1`` for now; these tests turn
-fusion on for the backend under test, to check the shared pass and each backend's fused kernel. Fused
+Both backends fuse by default (``LANEFLOW_FUSE=0`` turns it off); these tests turn fusion on for the
+backend under test whatever the environment says, to check the shared pass and each backend's fused
+kernel. Fused
 results must equal the unfused ops bit for bit (and numpy), and the command count (lf.stats) shows
 whether a group formed.
 """
@@ -21,7 +22,7 @@ from conftest import random_array
 
 @pytest.fixture
 def fused(device, monkeypatch):
-    """``device`` with fusion on (the GPU fuses only with LANEFLOW_FUSE=1 by default)."""
+    """``device`` with fusion on, whatever LANEFLOW_FUSE says."""
     monkeypatch.setattr(fusion, "_enabled", True)
     monkeypatch.setattr(type(backend_for(device)), "fuses_elementwise", True)
     return device

@@ -62,8 +62,9 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
 
 def fused(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
           to_host: Callable = host) -> Impl:
-    """``eager`` with elementwise fusion turned on for its runs (graph/fusion.py; off by default on the
-    GPU until the fused kernels have passed the GPU suite), so one run compares both."""
+    """``eager`` with elementwise fusion turned on for its runs (graph/fusion.py), for a backend that
+    does not fuse by default (both built-in backends do now) or a run with ``LANEFLOW_FUSE=0``, so one
+    run compares both."""
     from ..graph import fusion
 
     impl = eager(case, device, program, inputs, lanes, to_host=to_host, label="laneflow eager, fused")
@@ -131,7 +132,7 @@ def modes(case: Case, device: Any, lanes: int, program: Callable, inputs: Sequen
           to_host: Callable = host, fused_row: bool = False) -> list[Impl | Result]:
     """The standard laneflow rows: eager 1 lane, eager ``lanes`` lanes, compiled on ``lanes`` lanes;
     with ``fused_row``, also eager on 1 lane with elementwise fusion on, where the backend does not
-    fuse by default (the GPU, for now)."""
+    fuse by default."""
     why = unavailable(device)
     if why is not None:
         return [skipped(case, "laneflow", why)]

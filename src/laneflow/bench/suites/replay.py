@@ -4,8 +4,8 @@ Issue 5's measure: a compiled call should cost at most 2 µs plus 1 µs per grap
 row compiles a chain of N tiny dependent ops (N graph nodes on the GPU) and times only the host: the
 timer starts once the device is idle and stops when the last call has been *issued*, without waiting
 for the device (a CUDA graph of 1,000 tiny kernels runs longer on the device than it takes to launch).
-The median is per call; ``extra`` gives it per node too. Where elementwise fusion is on (the CPU
-backend; the GPU with ``LANEFLOW_FUSE=1``) the chain's ops fuse into groups of up to 32, so its graph
+The median is per call; ``extra`` gives it per node too. With elementwise fusion (on by default;
+``LANEFLOW_FUSE=0`` turns it off) the chain's ops fuse into groups of up to 32, so its graph
 has fewer nodes than ops; the per-node figure is per op.
 
 A last case measures the per-argument cost: the experts program on tiny matrices (32 x (16x16 @
