@@ -448,3 +448,18 @@ def test_integer_power_with_a_negative_exponent_computed_on_the_device_raises(de
             lf.eval(y)
         ok = lf.array(base) ** (lf.array(np.array([1, 2, 3], np.int32)) - 1)
         np.testing.assert_array_equal(np.asarray(ok), base ** np.array([0, 1, 2], np.int32))
+
+
+def test_ops_sharing_primitives_keep_each_scalar_its_sign_type_and_value(device):
+    # the fast paths share one primitive per (op, scalar) (ops/elementwise.py); 0.0 and -0.0 are
+    # equal keys, NaN never equals itself, and 1 and 1.0 hash alike: none may be confused
+    with lf.stream(device):
+        x = lf.array(np.array([-0.0, 1.5, -2.0], np.float32))
+        for _ in range(2):  # the second round finds the cached primitives
+            neg, pos = np.asarray(x + (-0.0)), np.asarray(x + 0.0)
+            assert np.signbit(neg[0]) and not np.signbit(pos[0])
+            assert np.isnan(np.asarray(x + float("nan"))).all()
+            np.testing.assert_array_equal(np.asarray(x * 3), np.asarray(x) * np.float32(3))
+            np.testing.assert_array_equal(np.asarray(x * 3.5), np.asarray(x) * np.float32(3.5))
+            np.testing.assert_allclose(np.asarray(lf.exp(x) - lf.exp(x + 1.0)),
+                                       np.exp(np.asarray(x)) - np.exp(np.asarray(x) + np.float32(1.0)), rtol=1e-6)

@@ -287,3 +287,33 @@ def test_a_failing_cross_lane_wait_fails_only_the_command_it_guarded(rng, monkey
     c = lf.cos(x, stream=s2)                   # the lane still works
     np.testing.assert_array_equal(np.asarray(c), np.cos(np.asarray(x)))
     s1.close(), s2.close()
+
+
+def test_evaluating_a_long_graph_leaves_the_cyclic_gc_as_it_found_it():
+    # schedule() pauses Python's cyclic GC over graphs of more than 64 nodes (graph/schedule.py)
+    x = lf.array(np.ones(4, np.float32))
+    lf.eval(x)
+    assert gc.isenabled()
+    y = x
+    for _ in range(200):
+        y = y + 1.0
+    lf.eval(y)
+    assert gc.isenabled() and y.tolist() == [201.0] * 4
+    s = lf.new_stream(lf.cpu, lanes=2)
+    with lf.stream(s):
+        z = x * 2.0
+        for _ in range(100):
+            z = lf.exp(z) * 0.5
+    s.close()
+    with pytest.raises(lf.LaneflowError, match="closed"):  # raised while scheduling
+        lf.eval(z)
+    assert gc.isenabled()
+    gc.disable()  # a program that turned the GC off keeps it off
+    try:
+        w = x
+        for _ in range(200):
+            w = w * 1.0
+        lf.eval(w)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
