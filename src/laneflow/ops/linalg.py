@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
+from ..streams import current_stream
 from .core import cast, describe, node, operand, stream_of
 from .primitives import Matmul
 
@@ -18,7 +19,7 @@ _PRIMS: dict = {}  # (shape of a, shape of b, dtype) -> its Matmul
 
 def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     """Matrix product; leading dimensions broadcast as batches. float16/bfloat16 accumulate in float32."""
-    st = stream_of(stream, "matmul")
+    st = current_stream() if stream is None else stream_of(stream, "matmul")
     if a.__class__ is Array and b.__class__ is Array:
         x, y = a._data, b._data
         device = st.device
