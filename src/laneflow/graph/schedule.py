@@ -72,10 +72,11 @@ def schedule(roots: Sequence[ArrayData]) -> None:
         # cyclic collector would run full passes over the whole heap meanwhile (with a million other
         # objects alive, as when PyTorch or JAX is imported: +1.75 us per op over a 10,000-op chain,
         # tools/probe_dispatch.py --heap on the CPU VM). Nothing here makes cycles: it waits till the end.
+        # The switch is process-wide: a thread that turns the GC off meanwhile finds it on again after.
         pause = len(order) > 64 and gc.isenabled()
-        if pause:
-            gc.disable()
         try:
+            if pause:
+                gc.disable()
             items = passes(order) if len(order) > 1 else None
             for d in order if items is None else items:
                 t = type(d)

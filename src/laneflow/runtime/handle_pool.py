@@ -27,11 +27,17 @@ POLICIES = ("device", "thread", "stream")
 _policy: str | None = None
 _env_policy: str | None = None  # LANEFLOW_HANDLE_POLICY as last read (the hot path reads no environment)
 _pools: "weakref.WeakSet[HandlePool]" = weakref.WeakSet()  # their lane -> entry caches are dropped then
+_pools_lock = threading.Lock()  # guards _pools and _changes
+_changes = 0  # policy changes so far: an entry looked up across one is not cached
 
 
 def _policy_changed() -> None:
     """The policy in force may have changed: pools look their lanes' entries up afresh."""
-    for pool in list(_pools):
+    global _changes
+    with _pools_lock:
+        _changes += 1
+        pools = list(_pools)
+    for pool in pools:
         pool._fast.clear()
 
 
@@ -181,7 +187,8 @@ class HandlePool:
         self._lock = threading.Lock()
         self._counters = STATS.counters(library.name, library.binds_stream)
         self._fast: dict = {}  # lane -> entry, for the device and stream policies (cleared on a policy change)
-        _pools.add(self)
+        with _pools_lock:
+            _pools.add(self)
 
     def _key(self, lane: Any, policy: str) -> tuple:
         if policy == "device":
@@ -191,6 +198,7 @@ class HandlePool:
         return ("stream", lane.id)
 
     def _entry(self, lane: Any) -> _Entry:
+        changes = _changes
         policy = _policy_now()
         key = self._key(lane, policy)
         e = self._entries.get(key)
@@ -206,7 +214,9 @@ class HandlePool:
                     STATS.handle_bytes[lib.name] += e.nbytes
                     STATS.handle_bytes_how[lib.name] = getattr(lib, "handle_bytes_how", "estimate")
         if policy != "thread":
-            self._fast[lane] = e
+            with _pools_lock:
+                if _changes == changes:  # else the policy changed meanwhile: look it up again next time
+                    self._fast[lane] = e
         return e
 
     def use(self, lane: Any, need: int = 0) -> _Entry:

@@ -14,6 +14,7 @@ reused before every lane that touched it has passed its last use.
 from __future__ import annotations
 
 import collections
+import gc
 from typing import Any
 
 import numpy as np
@@ -183,8 +184,10 @@ class Memory:
         if err:
             if err != OUT_OF_MEMORY:
                 raise CudaError(f"{op}: allocating {nbytes} bytes", err)
-            # Frees may still be queued or in flight: finish them and try once more. Retired lanes
-            # are left for later: destroying one takes handle-pool locks this thread may hold.
+            # Frees may still be queued or in flight, or held by cyclic garbage (the cyclic GC pauses
+            # while a long graph is scheduled): free them and try once more. Retired lanes are left
+            # for later: destroying one takes handle-pool locks this thread may hold.
+            gc.collect()
             self.collect(retire=False)
             self.ctx.synchronize()
             self.collect(retire=False)
