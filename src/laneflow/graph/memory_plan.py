@@ -52,29 +52,28 @@ def happens_before(deps: list[list[int]]) -> list[int]:
 def plan_memory(values: dict[int, Value], deps: list[list[int]], align: int = 256) -> MemoryPlan:
     """Assign values to regions, first fit in production order, sharing only when it is safe."""
     reach = happens_before(deps)
-    regions: list[list[int]] = []
+    touched: list[int] = []  # per region: bitset of the steps that produce or read any of its values
     sizes: list[int] = []
     region_of: dict[int, int] = {}
-
-    def done_before(a: Value, b: Value) -> bool:
-        # every step touching a (its producer and its readers) happens before b's producer
-        r = reach[b.producer]
-        return all((r >> s) & 1 for s in [a.producer, *a.users])
-
     for vid in sorted(values, key=lambda v: (values[v].producer, v)):
         v = values[vid]
         need = -(-max(v.nbytes, 1) // align) * align
-        fits = [k for k, members in enumerate(regions) if all(done_before(values[m], v) for m in members)]
+        # a region is free for v when every step touching its values happens before v's producer
+        outside = ~reach[v.producer]
+        fits = [k for k, t in enumerate(touched) if not t & outside]
         big = [k for k in fits if sizes[k] >= need]
         if big:
             chosen = min(big, key=lambda k: sizes[k])      # the smallest free region that is large enough
         elif fits:
             chosen = max(fits, key=lambda k: sizes[k])     # else grow the largest free one
         else:
-            regions.append([])
+            touched.append(0)
             sizes.append(0)
-            chosen = len(regions) - 1
-        regions[chosen].append(vid)
+            chosen = len(touched) - 1
+        bits = 1 << v.producer
+        for u in v.users:
+            bits |= 1 << u
+        touched[chosen] |= bits
         sizes[chosen] = max(sizes[chosen], need)
         region_of[vid] = chosen
     return MemoryPlan(region_of, sizes)

@@ -81,8 +81,8 @@ def operand(x: Any, st, op: str) -> ArrayData:
     raise TypeError(f"{op}: expected an lf.Array, a number or array-like data, got {type(x).__name__}")
 
 
-def stream_of(stream: Any, op: str):
-    return resolve_stream(stream, op)
+#: an op's ``stream=`` argument -> its Stream (None: the current stream); the ops' name for it
+stream_of = resolve_stream
 
 
 def normalize_axis(axis: Any, ndim: int, op: str) -> int:
