@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from ..graph.node import ArrayData, Primitive
+from ..graph.node import ArrayData, Primitive, multi_output
 from ..streams import resolve_stream
 from .primitives import AsType, Constant, Copy
 
@@ -17,6 +17,16 @@ Shape = tuple
 
 def node(prim: Primitive, inputs: Sequence[ArrayData], shape: Shape, dtype: np.dtype, stream) -> Array:
     return Array._wrap(ArrayData(tuple(shape), dtype, stream, prim, tuple(inputs)))
+
+
+def outputs(prim: Primitive, inputs: Sequence[ArrayData], specs: Sequence[tuple], stream) -> tuple[Array, ...]:
+    """One Array per ``(shape, dtype)`` spec, all outputs of one ``prim`` node; several are tied
+    together (scheduling any of them produces all)."""
+    inputs = tuple(inputs)
+    datas = [ArrayData(tuple(shape), dtype, stream, prim, inputs) for shape, dtype in specs]
+    if len(datas) > 1:
+        multi_output(datas)
+    return tuple(Array._wrap(d) for d in datas)
 
 
 def broadcast_shapes(shapes: list) -> tuple:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..array import Array
-from ..graph.node import ArrayData, Primitive, multi_output
+from ..graph.node import ArrayData, Primitive
+from .core import outputs
 
 
 class CustomCall(Primitive):
@@ -27,8 +28,4 @@ class CustomCall(Primitive):
 def custom_call(prim: CustomCall, inputs: Sequence[ArrayData], specs: Sequence[tuple[tuple, np.dtype]],
                 stream) -> tuple[Array, ...]:
     """The outputs (one Array per ``(shape, dtype)`` spec) of ``prim`` applied to ``inputs``."""
-    inputs = tuple(inputs)
-    datas = [ArrayData(tuple(shape), dtype, stream, prim, inputs) for shape, dtype in specs]
-    if len(datas) > 1:
-        multi_output(datas)
-    return tuple(Array._wrap(d) for d in datas)
+    return outputs(prim, inputs, specs, stream)

@@ -13,7 +13,7 @@ from .core import broadcast_shapes, cast, describe, node, operand, stream_of, to
 from .primitives import Elementwise, Scalar
 
 _PY_SCALARS = (bool, int, float)
-_FLOATS = frozenset((dt.float16, dt.bfloat16, dt.float32, dt.float64))
+_FLOATS = frozenset(dt.FLOAT_DTYPES)
 #: (op, ufunc, forced result, operand dtypes/scalar types) -> (result dtype, common operand dtype)
 _SIGNATURES: dict = {}
 

@@ -13,7 +13,7 @@ from .core import cast, describe, node, operand, stream_of
 from .primitives import Matmul
 
 
-_FAST = frozenset((dt.float16, dt.bfloat16, dt.float32, dt.float64))
+_FAST = frozenset(dt.FLOAT_DTYPES)  # the matmul fast path: one float dtype for both operands
 _PRIMS: dict = {}  # (shape of a, shape of b, dtype) -> its Matmul
 
 

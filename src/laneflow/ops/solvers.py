@@ -21,8 +21,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from ..graph.node import ArrayData, Primitive, multi_output
-from .core import describe, node, operand, stream_of
+from ..graph.node import ArrayData, Primitive
+from .core import describe, operand, outputs, stream_of
 
 
 class Factorization(Primitive):
@@ -61,21 +61,14 @@ def _cast(d: ArrayData, to: np.dtype, st) -> ArrayData:
     return astype(Array._wrap(d), to, stream=st)._data
 
 
-def _multi(prim: Primitive, inputs: tuple, specs: list, st) -> tuple[Array, ...]:
-    datas = multi_output([ArrayData(shape, dtype, st, prim, inputs) for shape, dtype in specs])
-    return tuple(Array._wrap(d) for d in datas)
-
-
 def _factor(name: str, params: dict, inputs: tuple, specs: list, st, split: tuple, single: bool = False):
     """The op's node(s). ``split`` says, per input, whether it carries the batch's first axis (and is
     cut with it); every output does. Several lanes and a batch of 2 or more: one node per chunk."""
     lanes = len(st.lanes)
     b0 = specs[0][0][0] if any(split) and len(inputs[0].shape) > 2 else 0
     if lanes < 2 or b0 < 2:
-        prim = Factorization(name, **params)
-        if single:
-            return node(prim, inputs, specs[0][0], specs[0][1], st)
-        return _multi(prim, inputs, specs, st)
+        outs = outputs(Factorization(name, **params), inputs, specs, st)
+        return outs[0] if single else outs
     from .index import getitem
     from .shape import concatenate
 
@@ -90,10 +83,7 @@ def _factor(name: str, params: dict, inputs: tuple, specs: list, st, split: tupl
                     for d, cut in zip(inputs, split))
         pspecs = [((hi - lo,) + shape[1:], dtype) for shape, dtype in specs]
         prim = Factorization(name, **params, first=lo * per, total=b0 * per)
-        if single:
-            parts.append((node(prim, ins, pspecs[0][0], pspecs[0][1], st),))
-        else:
-            parts.append(_multi(prim, ins, pspecs, st))
+        parts.append(outputs(prim, ins, pspecs, st))
     outs = tuple(concatenate([p[i] for p in parts], axis=0, stream=st) for i in range(len(specs)))
     return outs[0] if single else outs
 
@@ -161,7 +151,7 @@ def eigh(a: Any, UPLO: str = "L", *, stream: Any = None) -> tuple[Array, Array]:
         raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
     d = _matrix("eigh", a, st, square=True)
     to = _float_dtype("eigh", d)
-    return _factor("eigh", {"UPLO": UPLO}, (_cast(d, to, st),), [(d.shape, to), (d.shape[:-1], to)][::-1], st,
+    return _factor("eigh", {"UPLO": UPLO}, (_cast(d, to, st),), [(d.shape[:-1], to), (d.shape, to)], st,
                    (True,))
 
 
