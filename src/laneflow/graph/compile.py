@@ -89,10 +89,12 @@ def check_rebind(array: Any) -> None:
 class _Plan:
     """The steps of one traced signature, and the static memory of its intermediates."""
 
-    __slots__ = ("steps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit", "unit_note")
+    __slots__ = ("steps", "deps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit",
+                 "unit_note")
 
-    def __init__(self, steps, outputs, treedef, n_slots, memory=None):
+    def __init__(self, steps, outputs, treedef, n_slots, memory=None, deps=None):
         self.steps, self.outputs, self.treedef, self.n_slots = steps, outputs, treedef, n_slots
+        self.deps = deps if deps is not None else step_deps(steps)  # per step: the steps it reads from
         self.memory = memory   # MemoryPlan over intermediate slots, or None
         self.arena = None      # slot -> (region buffer, view), made at the first replay
         self.calls = 0
@@ -306,10 +308,22 @@ def _build_plan(outputs: list, holders: list, out_tree: Any) -> _Plan:
             o.arrays += 1
             p = ("const", o)
         out_refs.append((p, o.shape, o.dtype, o.stream))
-    return _Plan(steps, out_refs, out_tree, n_slots, _memory_plan(steps, out_refs))
+    deps = step_deps(steps)
+    return _Plan(steps, out_refs, out_tree, n_slots, _memory_plan(steps, out_refs, deps), deps)
 
 
-def _memory_plan(steps: list, out_refs: list):
+def step_deps(steps: list) -> list[list[int]]:
+    """Per step, the earlier steps whose outputs it reads (sorted): the plan's data dependencies."""
+    producer: dict[int, int] = {}
+    deps: list[list[int]] = []
+    for j, (_, _, srcs, specs, first) in enumerate(steps):
+        deps.append(sorted({producer[v] for kind, v in srcs if kind == "slot"}))
+        for k in range(len(specs)):
+            producer[first + k] = j
+    return deps
+
+
+def _memory_plan(steps: list, out_refs: list, deps: list[list[int]]):
     """Regions for the intermediates (slots not returned), when every step runs on one backend that
     can hand out views of raw memory; else None and each replay allocates afresh."""
     streams = {id(st): st for _, st, _, _, _ in steps}
@@ -318,33 +332,26 @@ def _memory_plan(steps: list, out_refs: list):
     if len(devices) != 1 or len(backends) != 1 or not hasattr(next(iter(streams.values())).backend, "view"):
         return None
     returned = {ref[1] for ref, *_ in out_refs if ref[0] == "slot"}
-    producer: dict[int, int] = {}
     values: dict[int, Value] = {}
-    deps: list[list[int]] = []
     for j, (_, _, srcs, specs, first) in enumerate(steps):
-        ds = set()
         for kind, v in srcs:
-            if kind == "slot":
-                ds.add(producer[v])
-                if v in values:
-                    values[v].users.append(j)
-        deps.append(sorted(ds))
+            if kind == "slot" and v in values:
+                values[v].users.append(j)
         for k, spec in enumerate(specs):
-            slot = first + k
-            producer[slot] = j
-            if slot not in returned:
-                n = spec.dtype.itemsize
-                for s in spec.shape:
-                    n *= s
-                values[slot] = Value(n, j)
+            if first + k not in returned:
+                values[first + k] = Value(spec.nbytes, j)
     return plan_memory(values, deps) if values else None
 
 
 class _Spec:
-    __slots__ = ("device", "shape", "dtype")
+    __slots__ = ("device", "shape", "dtype", "nbytes")
 
     def __init__(self, device, shape, dtype):
         self.device, self.shape, self.dtype = device, shape, dtype
+        n = dtype.itemsize
+        for s in shape:
+            n *= s
+        self.nbytes = n
 
 
 #: ``LANEFLOW_GRAPH=0`` turns whole-plan executors (CUDA graphs) off; ``strict`` makes a plan that

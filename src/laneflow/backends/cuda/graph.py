@@ -115,13 +115,7 @@ class GraphPlan:
         self.ctx = backend.context(device.index)
         self.name = "compiled graph"
         # -- dependencies and branches ----------------------------------------------------------
-        producer: dict[int, int] = {}
-        deps: list[list[int]] = []
-        for j, (_, _, srcs, specs, first) in enumerate(steps):
-            deps.append(sorted({producer[v] for kind, v in srcs if kind == "slot"}))
-            for k in range(len(specs)):
-                producer[first + k] = j
-        self.deps = deps
+        self.deps = deps = plan.deps
         # Arguments whose values some kernel validates on the host when it can see them (index bounds,
         # integer powers): a call passing such a value with a host copy runs as commands, so it raises
         # exactly as eager does; the graph has no host to check with.
@@ -157,12 +151,12 @@ class GraphPlan:
         total = 0
         for slot in returned:
             self.out_offsets[slot] = total
-            total += -(-max(_nbytes(self.spec_of[slot]), 1) // _ALIGN) * _ALIGN
+            total += -(-max(self.spec_of[slot].nbytes, 1) // _ALIGN) * _ALIGN
         self.out_bytes = total
         self.out_specs = []  # (slot, shape, dtype, nbytes, size, offset) of each returned value
         for slot in returned:
             spec = self.spec_of[slot]
-            n = _nbytes(spec)
+            n = spec.nbytes
             self.out_specs.append((slot, spec.shape, spec.dtype, n, n // spec.dtype.itemsize if spec.dtype.itemsize else 0,
                                    self.out_offsets[slot]))
         self.sets: list[_OutSet] = []
@@ -621,10 +615,3 @@ def _validated_on_host(prim, pos: int) -> bool:
         ops = getattr(prim, "operands", ())
         return len(ops) > 1 and ops[1] == pos
     return False
-
-
-def _nbytes(spec) -> int:
-    n = spec.dtype.itemsize
-    for s in spec.shape:
-        n *= s
-    return n
