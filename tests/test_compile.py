@@ -96,6 +96,27 @@ def test_outputs_stay_valid_after_the_next_call(device, rng):
         np.testing.assert_array_equal(np.asarray(rb), b + 1.0)
 
 
+def test_replay_outputs_are_whole_evaluated_values(device, rng):
+    # _replay builds output values with __new__ and slot stores (graph/compile.py): every slot of an
+    # evaluated ArrayData must hold what ArrayData.__init__ would give it, and the array count its one Array
+    from laneflow.graph.node import ArrayData
+
+    with lf.stream(device):
+        x = lf.array(rng.standard_normal((4, 3)).astype(np.float32))
+        f = lf.compile(lambda x: (x * 2.0, lf.exp(x)))
+        for _ in range(3):  # trace, then replays (a CUDA graph from the second call on the GPU)
+            a, b = f(x)
+        for out, want in ((a, np.asarray(x) * np.float32(2)), (b, np.exp(np.asarray(x)))):
+            d = out._data
+            for slot in ArrayData.__slots__:
+                if slot != "__weakref__":
+                    assert hasattr(d, slot), slot
+            assert (d.prim, d.inputs, d.siblings, d.users, d.arrays) == (None, (), None, 0, 1)
+            assert d.shape == (4, 3) and d.dtype == np.float32 and d.device == x._data.device
+            assert d.buffer is not None
+            np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6)
+
+
 def test_captured_arrays_and_constants_are_computed_once_and_kept(device, rng):
     with lf.stream(device):
         wn = rng.standard_normal((4, 4))
