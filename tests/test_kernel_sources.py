@@ -60,6 +60,32 @@ def test_elementwise_kernels_compile(fn, dtype, unary):
     sc = tuple(loop[j] for j, k in enumerate(kinds) if k == "S")
     src, name, _ = E._build(fn, kinds, in_dts, list(loop), sc, out, out_loop, 0, False)
     _compile(src, name)
+    src, name, params = E._build(fn, kinds, in_dts, list(loop), sc, out, out_loop, 0, False, vec=True)
+    assert params.endswith("q") and "cols" not in src  # no rows or columns: only n follows
+    _compile(src, name)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int8", "bool_"])
+def test_vector_kernels_with_row_and_column_operands_compile(dtype):
+    """A where() reading a contiguous mask, a column (x - max(x, keepdims)) and a row (a bias) as one
+    vector kernel, for storage types of 1, 2, 4 and 8 bytes."""
+    from laneflow import dtypes as dt
+    from laneflow.backends.cuda.kernels import elementwise as E
+    from laneflow.backends.cuda.kernels.plan import broadcast_strides, classify, collapse
+
+    d = np.dtype(getattr(dt, dtype))
+    out_shape = (6, 8)
+    sets = [broadcast_strides(sh, out_shape) for sh in ((6, 8), (6, 1), (8,))]
+    cshape, csets = collapse(out_shape, sets)
+    kinds = tuple(classify(c, cshape) for c in csets)
+    vk = E.vector_kinds(kinds, csets, cshape, 48)
+    assert kinds == ("c", "g", "g") and vk == ("c", "k", "r")
+    assert E.vector_kinds(kinds, csets, (6, 6), 36) is None  # columns not a multiple of VEC
+    loop, out_loop = E.loop_dtypes("where", (np.dtype(np.bool_), d, d), d)
+    src, name, params = E._build("where", vk, (np.dtype(np.bool_), d, d), list(loop), (), d, out_loop, 0, False,
+                                 vec=True)
+    assert params == "ppppqq"
+    _compile(src, name)
 
 
 @pytest.mark.parametrize("seed", range(16))
@@ -98,9 +124,13 @@ def test_fused_kernels_of_random_expressions_compile(seed, monkeypatch):
     assert seen, "no fused group formed"
     for steps, ins, out in seen:
         in_dts = tuple(a.dtype for a in ins)
-        kinds, nd, _ = F._geometry(ins, out)
-        src, name, _ = F._build(steps, F._loops(steps, in_dts), in_dts, out.dtype, False, kinds, nd)
+        kinds, nd, _, vk, _ = F._geometry(ins, out)
+        loops = F._loops(steps, in_dts)
+        src, name, _ = F._build(steps, loops, in_dts, out.dtype, False, kinds, nd)
         _compile(src, name)
+        if vk is not None:  # rows and columns of 16: the vector kernel serves too
+            src, name, _ = F._build(steps, loops, in_dts, out.dtype, False, vk, 0, vec=True)
+            _compile(src, name)
 
 
 def test_grouped_matmul_pointer_kernel_and_integer_matmul_compile():

@@ -70,6 +70,42 @@ def test_binary_arithmetic_matches_numpy_with_broadcasting(device, rng, op, dtyp
                                                  **({} if exact else {"ulps": ulps}))
 
 
+# Shapes that take the GPU's vector kernels (a row or a column of the output, rows a multiple of 4
+# long) and neighbours that do not (odd widths, a row that is not the last dim).
+VECTOR_CASES = [((8, 16), (16,)), ((8, 16), (8, 1)), ((2, 8, 12), (12,)), ((2, 8, 12), (2, 8, 1)),
+                ((2, 8, 12), (8, 1)), ((6, 6), (6,)), ((5, 8), (1, 8)), ((64,), (64,)), ((3, 4), (1,))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=name)
+@pytest.mark.parametrize("op", ["add", "multiply", "subtract"])
+def test_row_and_column_broadcasts_match_numpy_bit_for_bit(device, rng, op, dtype):
+    if op == "subtract" and dtype == lf.bool_:
+        pytest.skip("numpy refuses subtracting booleans (tested with the other errors)")
+    fn, npfn = getattr(lf, op), BINARY[op]
+    for sa, sb in VECTOR_CASES:
+        a, b = random_array(rng, sa, dtype), random_array(rng, sb, dtype)
+        with lf.stream(device):
+            got, rev = fn(lf.array(a), lf.array(b)), fn(lf.array(b), lf.array(a))
+        with np.errstate(all="ignore"):
+            assert_same(got, npfn(a, b))
+            assert_same(rev, npfn(b, a))
+
+
+def test_views_at_odd_offsets_and_fused_row_column_expressions_match_numpy(device, rng):
+    """A slice starting one element in (an unaligned pointer where slicing makes a view: the GPU takes
+    its grid-stride kernel) and a fused ``(x - m) * s + b`` reading a column and a row."""
+    x = random_array(rng, (17,), np.float32)
+    y = random_array(rng, (16,), np.float32)
+    m = random_array(rng, (8, 16), np.float32)
+    col = m.max(axis=1, keepdims=True)
+    bias = random_array(rng, (16,), np.float32)
+    with lf.stream(device):
+        got = lf.array(x)[1:] + lf.array(y)
+        fused = (lf.array(m) - lf.array(col)) * 0.5 + lf.array(bias)
+    assert_same(got, x[1:] + y)
+    assert_same(fused, (m - col) * np.float32(0.5) + bias)
+
+
 @pytest.mark.parametrize("da,db", list(itertools.product(DTYPES, DTYPES)), ids=lambda d: name(d))
 def test_mixed_dtype_add_divide_maximum_promote_like_numpy(device, rng, da, db):
     a = random_array(rng, (3, 4), da)

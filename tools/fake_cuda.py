@@ -7,6 +7,7 @@ it); NVRTC and cuBLASLt are replaced too.
     python tools/fake_cuda.py compiled          # host us per compiled call (1 tiny op; CUDA graph path)
     python tools/fake_cuda.py experts           # host us per compiled call, 32 matmuls, 64 arguments
     python tools/fake_cuda.py experts-captured  # the same with the 32 weights closed over (32 arguments)
+    python tools/fake_cuda.py experts64         # 64 matmuls, 128 arguments (also experts64-captured)
     python tools/fake_cuda.py eager-experts     # host us per eager step: 32 matmuls built and evaluated
     ... N LANES                                 # ops/calls measured (default 5000), lanes (default 1)
     ... --profile                               # cProfile of the measured loop
@@ -156,7 +157,8 @@ def main(argv: list[str]) -> None:
     rng = np.random.default_rng(0)
     with lf.stream(s):
         starts: list = []
-        E = 32
+        E = 64 if which.startswith("experts64") else 32
+        which = which.replace("experts64", "experts")
         if which in ("experts", "experts-captured", "eager-experts"):
             xs = [lf.array(rng.standard_normal((16, 64)).astype(np.float32)) for _ in range(E)]
             ws = [lf.array(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(E)]

@@ -1,5 +1,10 @@
 """Where a compiled call's time goes on the GPU: host time per call (no sync), device time per call,
-and a cProfile of the host part. Usage: python tools/graph_probe.py [experts|tiny] [calls]"""
+and a cProfile of the host part (with --profile). Usage:
+
+    python tools/graph_probe.py [experts|experts16|experts64|tiny] [calls] [branches] [--profile]
+
+experts: 32 x (16x4096 @ 4096x1024) bf16; experts16: 16 x (64x1024 @ 1024x1024) bf16; experts64:
+64 x (256x256 @ 256x256) float32 (the three compile targets of `bench experts`)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import numpy as np
 import laneflow as lf
 
 which = sys.argv[1] if len(sys.argv) > 1 else "experts"
-if len(sys.argv) > 3:  # most parallel branches per graph (default laneflow.backends.cuda.graph.MAX_BRANCHES)
+if len(sys.argv) > 3 and sys.argv[3].isdigit():  # most parallel branches per graph (default laneflow.backends.cuda.graph.MAX_BRANCHES)
     import laneflow.backends.cuda.graph as _g
 
     _g.MAX_BRANCHES = int(sys.argv[3])
@@ -22,9 +27,11 @@ rng = np.random.default_rng(0)
 s = lf.new_stream(lf.gpu, lanes=4)
 with lf.stream(s):
     if which.startswith("experts"):
-        E, M, K, N = {"experts": (32, 16, 4096, 1024), "experts16": (16, 64, 1024, 1024)}[which]
-        xs = [lf.array(rng.standard_normal((M, K)).astype(np.float32)).astype(lf.bfloat16) for _ in range(E)]
-        ws = [lf.array((rng.standard_normal((K, N)) / 64).astype(np.float32)).astype(lf.bfloat16) for _ in range(E)]
+        E, M, K, N = {"experts": (32, 16, 4096, 1024), "experts16": (16, 64, 1024, 1024),
+                      "experts64": (64, 256, 256, 256)}[which]
+        dt = lf.float32 if which == "experts64" else lf.bfloat16
+        xs = [lf.array(rng.standard_normal((M, K)).astype(np.float32)).astype(dt) for _ in range(E)]
+        ws = [lf.array((rng.standard_normal((K, N)) / 64).astype(np.float32)).astype(dt) for _ in range(E)]
         args = xs + ws
         f = lf.compile(lambda *a: [a[i] @ a[E + i] for i in range(E)])
     else:

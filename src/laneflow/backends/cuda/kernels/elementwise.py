@@ -9,6 +9,8 @@ dims that are contiguous for every operand are merged first, so most launches in
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .... import dtypes as dt
@@ -16,7 +18,7 @@ from ....errors import ExecutionError, LaneflowError
 from ..checks import deferred
 from . import cdefs as C
 from .launch import grid_1d
-from .plan import MAXD, broadcast_strides, classify, collapse
+from .plan import MAXD, broadcast_strides, classify, collapse, contiguous_strides
 
 _UFUNC = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
@@ -127,13 +129,17 @@ def _result_dtype(fn: str, loop: list, out_loop: np.dtype) -> np.dtype:
     return out_loop
 
 
-def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_dt, out_loop, nd: int, wide: bool):
+def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_dt, out_loop, nd: int, wide: bool,
+           vec: bool = False):
+    """Kernel source. With ``vec``, ``kinds`` are :func:`vector_kinds` and the kernel is a
+    :func:`vector_loop`; otherwise a :func:`grid_loop` with "g" operands read through strides."""
     idx_t = "long long" if wide else "unsigned"
     name = "lf_ew"
     params = ["p"]
     sig = [f"{C.storage(out_dt)}* __restrict__ out"]
     body = []
     vals = []
+    loads = []
     ai = 0
     si = 0
     for j, kd in enumerate(kinds):
@@ -147,24 +153,112 @@ def _build(fn: str, kinds: tuple, in_dts: tuple, loop: list, sc_dts: tuple, out_
         src = in_dts[ai]
         sig.append(f"const {C.storage(src)}* __restrict__ a{ai}")
         params.append("p")
-        ref = operand_ref(ai, kd)
+        loads.append((ai, kd, C.storage(src)))
+        ref = operand_ref(ai, kd, vec)
         body.append(f"  {C.compute(lt)} v{j} = {C.conv(C.load(ref, src), src, lt)};\n")
         vals.append(f"v{j}")
         ai += 1
-    strided = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
-    tail_params(sig, params, strided)
     e = expr(fn, vals, loop, out_loop)
     res_dt = _result_dtype(fn, loop, out_loop)
     store = C.store(C.conv(e, res_dt, out_dt), out_dt)
+    if vec:
+        return vector_loop(name, sig, params, idx_t, loads, C.storage(out_dt), "".join(body), store), name, "".join(params)
+    strided = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
+    tail_params(sig, params, strided)
     offs = offsets_code(strided, nd, idx_t)
     src = grid_loop(name, sig, idx_t, f"{offs}{''.join(body)}  out[i] = {store};\n")
     return src, name, "".join(params)
 
 
-def operand_ref(k: int, kind: str) -> str:
+def operand_ref(k: int, kind: str, vec: bool = False) -> str:
     """How input ``a{k}`` is read at output index ``i``: "c" same shape (at i), "s" one element (at 0),
-    "g" broadcast (at the offset ``o{k}`` that :func:`offsets_code` computes)."""
+    "g" broadcast (at the offset ``o{k}`` that :func:`offsets_code` computes). In a
+    :func:`vector_loop` (``vec``), element ``u_`` of the thread's vector: "c" and "r" operands were
+    loaded as vectors ``la{k}``, a "k" operand as one element ``lk{k}``."""
+    if vec and kind in "cr":
+        return f"la{k}.v[u_]"
+    if kind == "k":
+        return f"lk{k}"
     return f"a{k}[i]" if kind == "c" else (f"a{k}[0]" if kind == "s" else f"a{k}[o{k}]")
+
+
+_vector_enabled = os.environ.get("LANEFLOW_VECTOR", "1") != "0"
+
+#: Elements per thread and step of a vector kernel (one aligned load per operand: 16 bytes of float32).
+VEC = 4
+#: What a vector kernel needs of every pointer it loads or stores as a vector (pool memory is
+#: 256-byte aligned; a view at an odd offset takes the scalar kernel).
+VEC_ALIGN = 16
+_VEC_TYPE = ("template <class T> struct alignas(sizeof(T) * 4 < 16 ? sizeof(T) * 4 : 16) lf_v4 "
+             "{ T v[4]; };\n")
+
+
+def vector_kinds(kinds: tuple, csets: list, cshape: tuple, n: int) -> tuple | None:
+    """The operand kinds of a vector kernel, or None when one cannot serve: every array operand must
+    be contiguous over the output ("c"), one element ("s"), a row of the collapsed output ("r", read
+    at ``i % cols``: a bias added to every row) or a column ("k", at ``i / cols``: a keepdims
+    reduction); ``n`` and, with rows or columns, ``cols`` (the last collapsed dim) multiples of
+    :data:`VEC`. ``kinds`` may hold "S" (scalar arguments), which have no entry in ``csets``."""
+    if n % VEC:
+        return None
+    out = []
+    ai = 0
+    for kd in kinds:
+        if kd == "S":
+            out.append(kd)
+            continue
+        st = csets[ai]
+        ai += 1
+        if kd != "g":
+            out.append(kd)
+            continue
+        if len(cshape) < 2 or cshape[-1] % VEC:
+            return None
+        if st[-1] == 1 and not any(st[:-1]):
+            out.append("r")
+        elif st[-1] == 0 and st[:-1] == contiguous_strides(cshape[:-1]):
+            out.append("k")
+        else:
+            return None
+    return tuple(out)
+
+
+def vector_loop(name: str, sig: list, params: list, idx_t: str, loads: list, out_st: str, body: str,
+                result: str) -> str:
+    """A kernel computing :data:`VEC` consecutive outputs per thread and step, two steps a grid
+    stride apart in flight: each "c"/"r" operand is one aligned vector load, a "k" operand one element,
+    the result one vector store (``loads``: (k, kind, storage type) of each array operand). Appends the
+    tail parameters (``cols`` when rows or columns are read, then ``n``) to ``sig``/``params``."""
+    cols = any(kd in "rk" for _, kd, _ in loads)
+    if cols:
+        sig.append("long long cols")
+        params.append("q")
+    sig.append("long long n")
+    params.append("q")
+    lines = []
+    for k, kd, st in loads:
+        if kd in "cr":
+            at = "i0" if kd == "c" else "i0 % cols_"
+            lines.append(f"    const lf_v4<{st}> la{k} = *reinterpret_cast<const lf_v4<{st}>*>(a{k} + ({at}));\n")
+        elif kd == "k":
+            lines.append(f"    const {st} lk{k} = a{k}[i0 / cols_];\n")
+    return (_VEC_TYPE + f'extern "C" __global__ void __launch_bounds__(256) {name}({", ".join(sig)}) {{\n'
+            f"  const {idx_t} stride = ({idx_t})blockDim.x * gridDim.x, nv = ({idx_t})(n / {VEC});\n"
+            + (f"  const {idx_t} cols_ = ({idx_t})cols;\n" if cols else "")
+            + f"  for ({idx_t} b_ = ({idx_t})blockIdx.x * blockDim.x + threadIdx.x; b_ < nv; b_ += 2 * stride) {{\n"
+            "  #pragma unroll\n  for (int t_ = 0; t_ < 2; ++t_) {\n"
+            f"  const {idx_t} vb_ = b_ + t_ * stride;\n  if (vb_ < nv) {{\n"
+            f"    const {idx_t} i0 = vb_ * {VEC};\n"
+            + "".join(lines)
+            + f"    lf_v4<{out_st}> lo_;\n    #pragma unroll\n    for (int u_ = 0; u_ < {VEC}; ++u_) {{\n"
+            + body
+            + f"      lo_.v[u_] = {result};\n    }}\n"
+            f"    *reinterpret_cast<lf_v4<{out_st}>*>(out + i0) = lo_;\n  }}\n  }}\n  }}\n}}\n")
+
+
+def vector_grid(ctx, n: int) -> tuple:
+    """Blocks of a :func:`vector_loop` over ``n`` elements (two vectors per thread and trip)."""
+    return grid_1d(ctx, (n // VEC + 1) // 2)
 
 
 def tail_params(sig: list, params: list, strided: list) -> None:
@@ -239,6 +333,31 @@ def _to_f32(v) -> float:
 _plans: dict = {}
 
 
+class _Plan:
+    """How one elementwise signature launches: the grid-stride kernel (any strides) and, when the
+    operands allow (:func:`vector_kinds`), the vector kernel, used for launches whose pointers are
+    aligned. Each kernel is compiled on its first launch."""
+
+    __slots__ = ("steps", "spec", "build", "kern", "grid", "tail", "vspec", "vbuild", "vkern", "vgrid", "vtail",
+                 "vptrs")
+
+    def kernel(self, ctx, out, ins):
+        """(kernel, grid, tail arguments) for this launch."""
+        if self.vspec is not None and not out.ptr & (VEC_ALIGN - 1):
+            for o in self.vptrs:
+                if ins[o].ptr & (VEC_ALIGN - 1):
+                    break
+            else:
+                k = self.vkern
+                if k is None:
+                    k = self.vkern = ctx.modules.get(self.vspec, self.vbuild)
+                return k, self.vgrid, self.vtail
+        k = self.kern
+        if k is None:
+            k = self.kern = ctx.modules.get(self.spec, self.build)
+        return k, self.grid, self.tail
+
+
 def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
     """out = fn(operands) where operands are DeviceArrays (by input index) or Scalars."""
     n = out.size
@@ -256,16 +375,16 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
         if len(_plans) > 4096:
             _plans.clear()
         plan = _plans[key] = _plan(lane.ctx, fn, operands, ins, out, pattern)
-    kern, grid, steps, tail = plan
+    kern, grid, tail = plan.kernel(lane.ctx, out, ins)
     args = [out.ptr]
-    for j, conv in steps:
+    for j, conv in plan.steps:
         o = operands[j]
         args.append(ins[o].ptr if conv is None else conv(o.value))
     args.extend(tail)
     kern.launch(lane.stream, grid, (256, 1, 1), args)
 
 
-def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple):
+def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple) -> _Plan:
     n = out.size
     loop, out_loop = loop_dtypes(fn, op_types, out.dtype)
     loop = list(loop)
@@ -291,16 +410,28 @@ def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple):
     wide = n >= 2**31 - 2**20
     nd = len(cshape)
     strided_idx = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
-    spec = ("ew", fn, kinds, in_dts, tuple(loop), out.dtype, out_loop, nd if strided_idx else 0, wide)
-    kern = ctx.modules.get(spec, lambda: _build(fn, kinds, in_dts, loop, sc_dts, out.dtype, out_loop, nd, wide))
-    steps = tuple((j, None if o.__class__ is int else _converter(loop[j])) for j, o in enumerate(operands))
+    p = _Plan()
+    p.spec = ("ew", fn, kinds, in_dts, tuple(loop), out.dtype, out_loop, nd if strided_idx else 0, wide)
+    p.build = lambda: _build(fn, kinds, in_dts, loop, sc_dts, out.dtype, out_loop, nd, wide)
+    p.kern = p.vkern = None
+    p.steps = tuple((j, None if o.__class__ is int else _converter(loop[j])) for j, o in enumerate(operands))
     tail = []
     if strided_idx:
         tail.append(cshape)
         for k in strided_idx:
             tail.append(csets[k])
     tail.append(n)
-    return kern, grid_1d(ctx, (n + 3) // 4), steps, tuple(tail)
+    p.tail = tuple(tail)
+    p.grid = grid_1d(ctx, (n + 3) // 4)
+    vk = vector_kinds(kinds, csets, cshape, n) if _vector_enabled else None
+    p.vspec = None
+    if vk is not None:
+        p.vspec = ("ewv", fn, vk, in_dts, tuple(loop), out.dtype, out_loop, wide)
+        p.vbuild = lambda: _build(fn, vk, in_dts, loop, sc_dts, out.dtype, out_loop, 0, wide, vec=True)
+        p.vgrid = vector_grid(ctx, n)
+        p.vtail = (cshape[-1], n) if any(kd in "rk" for kd in vk) else (n,)
+        p.vptrs = tuple(o for o, kd in zip(operands, vk) if kd in "cr")
+    return p
 
 
 def int_class(v: int) -> tuple:

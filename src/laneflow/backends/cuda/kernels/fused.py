@@ -2,24 +2,27 @@
 
 Each step is generated exactly as the single-op kernel of ``elementwise.py`` computes it (numpy's
 loop dtypes, the same C expression, the same scalar conversion), and its result is rounded to the
-step's dtype through its storage type, as a store and a load between two kernels would. A float
-result passes an empty ``asm volatile`` barrier, so the compiler cannot contract a multiply of one
-step with an add of the next into an FMA: the fused kernel gives the unfused results bit for bit.
+step's dtype through its storage type, as a store and a load between two kernels would. Every kernel
+compiles with ``--fmad=false`` (``nvrtc._OPTIONS``), so the compiler cannot contract a multiply of
+one step with an add of the next into an FMA: the fused kernel gives the unfused results bit for bit.
 An input of the output's shape is read at the output index, a single element at 0, and a broadcast
 one (a keepdims reduction, a bias row) at the offset its strides give over the collapsed dims, as in
-the single-op kernels; intermediate steps always have the output's shape.
+the single-op kernels; intermediate steps always have the output's shape. Where the inputs are rows or
+columns of the output and the pointers aligned, the group runs as a vector kernel
+(``elementwise.vector_loop``), as single ops do.
 """
 
 from __future__ import annotations
 
 from . import cdefs as C
 from ..memory import ViewArray
-from .elementwise import (_COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, grid_loop,
-                          int_class, loop_dtypes, offsets_code, operand_ref, run, tail_params)
+from .elementwise import (_COMPARE, VEC, VEC_ALIGN, _converter, _py_type, _result_dtype, _widen_for_big_scalars,
+                          expr, grid_loop, int_class, loop_dtypes, offsets_code, operand_ref, run, tail_params,
+                          vector_grid, vector_kinds, vector_loop)
+from . import elementwise as _ew
 from .launch import grid_1d
 from .plan import MAXD, broadcast_strides, classify, collapse
 
-_BARRIER = {"float": "f", "double": "d"}
 _plans: dict = {}
 
 
@@ -37,9 +40,10 @@ def _loops(steps: tuple, in_dts: tuple) -> tuple:
     return tuple(out)
 
 
-def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, kinds: tuple, nd: int):
+def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, kinds: tuple, nd: int, vec: bool = False):
     """Kernel source. ``kinds[k]`` says how input k is read: "c" the output's shape (at ``i``), "s" one
-    element (at 0), "g" broadcast (at the offset its strides give, over ``nd`` collapsed dims)."""
+    element (at 0), "g" broadcast (at the offset its strides give, over ``nd`` collapsed dims); with
+    ``vec``, the kinds of :func:`~.elementwise.vector_kinds` and a vector kernel."""
     idx_t = "long long" if wide else "unsigned"
     sig = [f"{C.storage(out_dt)}* __restrict__ out"]
     params = ["p"]
@@ -58,20 +62,21 @@ def _build(steps: tuple, loops: tuple, in_dts: tuple, out_dt, wide: bool, kinds:
                 vals.append(f"s{si}")
                 si += 1
             elif o >= 0:
-                vals.append(C.conv(C.load(operand_ref(o, kinds[o]), in_dts[o]), in_dts[o], lt))
+                vals.append(C.conv(C.load(operand_ref(o, kinds[o], vec), in_dts[o]), in_dts[o], lt))
             else:
                 src = steps[-o - 1][2]
                 vals.append(C.conv(C.load(f"w{-o - 1}", src), src, lt))
         e = expr(fn, vals, list(loop), out_loop)
         st = C.storage(dtype)
         body.append(f"    {st} w{j} = {C.store(C.conv(e, _result_dtype(fn, list(loop), out_loop), dtype), dtype)};\n")
-        if st in _BARRIER:
-            body.append(f'    asm volatile("" : "+{_BARRIER[st]}"(w{j}));\n')
+    name = "lf_fused"
+    last = f"w{len(steps) - 1}"
+    if vec:
+        loads = [(k, kd, C.storage(d)) for k, (kd, d) in enumerate(zip(kinds, in_dts))]
+        return vector_loop(name, sig, params, idx_t, loads, C.storage(out_dt), "".join(body), last), name, "".join(params)
     strided = [k for k, kd in enumerate(kinds) if kd == "g"]
     tail_params(sig, params, strided)
-    name = "lf_fused"
-    src = grid_loop(name, sig, idx_t,
-                    f"{offsets_code(strided, nd, idx_t)}{''.join(body)}    out[i] = w{len(steps) - 1};\n")
+    src = grid_loop(name, sig, idx_t, f"{offsets_code(strided, nd, idx_t)}{''.join(body)}    out[i] = {last};\n")
     return src, name, "".join(params)
 
 
@@ -80,19 +85,47 @@ _PARAM_LIMIT = 4000
 
 
 def _geometry(ins, out) -> tuple | None:
-    """(kinds, collapsed dims, extra Dims arguments) of the inputs against the output, or None when one
-    kernel cannot take them: more than MAXD dims stay unmerged across all inputs together (each single
-    op may have fewer), or the strides would not fit the parameter block."""
+    """(kinds, collapsed dims, extra Dims arguments, vector kinds, cols) of the inputs against the
+    output, or None when one kernel cannot take them: more than MAXD dims stay unmerged across all
+    inputs together (each single op may have fewer), or the strides would not fit the parameter block.
+    The vector kinds (:func:`~.elementwise.vector_kinds`, ignoring the element count, which a plan
+    without shapes in its key checks per launch) are None when no vector kernel serves."""
     shape, n = out.shape, out.size
     if all(a.shape == shape or a.size == 1 for a in ins):
-        return tuple("c" if a.shape == shape or n == 1 else "s" for a in ins), 0, ()
+        kinds = tuple("c" if a.shape == shape or n == 1 else "s" for a in ins)
+        return kinds, 0, (), kinds, None
     sets = [broadcast_strides(a.shape, shape) for a in ins]
     cshape, csets = collapse(shape, sets)
     if len(cshape) > MAXD:
         return None
     kinds = tuple(classify(cs, cshape) for cs in csets)
     strided = [k for k, kd in enumerate(kinds) if kd == "g"]
-    return kinds, len(cshape) if strided else 0, ((cshape, *(csets[k] for k in strided)) if strided else ())
+    vk = vector_kinds(kinds, csets, cshape, 0)
+    return (kinds, len(cshape) if strided else 0, ((cshape, *(csets[k] for k in strided)) if strided else ()), vk,
+            cshape[-1] if cshape else None)
+
+
+class _FusedPlan:
+    """A fused group's kernels (the grid-stride one, and the vector one where :func:`_geometry` allows;
+    each compiled on its first launch), scalar converters and tail arguments."""
+
+    __slots__ = ("spec", "build", "kern", "convs", "tail", "vspec", "vbuild", "vkern", "vcols", "vptrs")
+
+    def kernel(self, ctx, out, ins, n: int):
+        """(kernel, grid, tail arguments before ``n``) for this launch."""
+        if self.vspec is not None and not n % VEC and not out.ptr & (VEC_ALIGN - 1):
+            for k in self.vptrs:
+                if ins[k].ptr & (VEC_ALIGN - 1):
+                    break
+            else:
+                kern = self.vkern
+                if kern is None:
+                    kern = self.vkern = ctx.modules.get(self.vspec, self.vbuild)
+                return kern, vector_grid(ctx, n), self.vcols
+        kern = self.kern
+        if kern is None:
+            kern = self.kern = ctx.modules.get(self.spec, self.build)
+        return kern, grid_1d(ctx, (n + 3) // 4), self.tail  # per launch: the plan serves every size
 
 
 def fused(lane, prim, ins, outs) -> None:
@@ -126,18 +159,25 @@ def fused(lane, prim, ins, outs) -> None:
             plan = _plans[key] = None  # one kernel per step instead
             _stepwise(lane, steps, ins, out)
             return
-        kinds, nd, tail = geo
-        spec = ("fused", shape_of, in_dts, kinds, nd, out.dtype, wide)
-        kern = lane.ctx.modules.get(spec, lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd))
-        convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
-                      for q, o in enumerate(ops) if o.__class__ is not int)
-        plan = _plans[key] = (kern, convs, tail)
-    kern, convs, tail = plan
-    grid = grid_1d(lane.ctx, (n + 3) // 4)  # per launch: the plan serves every size
+        kinds, nd, tail, vk, cols = geo
+        plan = _plans[key] = _FusedPlan()
+        plan.spec = ("fused", shape_of, in_dts, kinds, nd, out.dtype, wide)
+        plan.build = lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd)
+        plan.kern = plan.vkern = None
+        plan.convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
+                           for q, o in enumerate(ops) if o.__class__ is not int)
+        plan.tail = tail
+        plan.vspec = None
+        if vk is not None and _ew._vector_enabled:
+            plan.vspec = ("fusedv", shape_of, in_dts, vk, out.dtype, wide)
+            plan.vbuild = lambda: _build(steps, loops, in_dts, out.dtype, wide, vk, 0, vec=True)
+            plan.vcols = (cols,) if any(kd in "rk" for kd in vk) else ()
+            plan.vptrs = tuple(k for k, kd in enumerate(vk) if kd in "cr")
+    kern, grid, tail = plan.kernel(lane.ctx, out, ins, n)
     args = [out.ptr]
     args.extend(a.ptr for a in ins)
     scalars = [o.value for _, ops, _ in steps for o in ops if o.__class__ is not int]
-    args.extend(c(v) for c, v in zip(convs, scalars))
+    args.extend(c(v) for c, v in zip(plan.convs, scalars))
     args.extend(tail)
     args.append(n)
     kern.launch(lane.stream, grid, (256, 1, 1), args)
