@@ -170,3 +170,29 @@ def test_repeated_calls_allocate_nothing(rng, strict):
         # y = f(x, w) keeps the previous y alive during the call: two output sets, nothing moved
         assert st["mode"] == "cuda graph" and st["captures"] == 2 and st["evacuated"] == 0, st
         assert st["launches"] >= 10_000, st
+
+
+def test_outputs_written_in_place_used_later_and_moved_keep_their_values(device, rng, strict):
+    """A returned value assigned into (``y[:8] = 7`` may reuse its buffer, which lies in the plan's
+    output memory), one kept and read by a later op, and calls enough to make the plan move kept
+    outputs: every value stays what it was (delays make a missing wait visible)."""
+    with lf.stream(lf.new_stream(device, lanes=2)), lf.testing.inject_delays(0.0005, seed=3):
+        f = lf.compile(lambda x: [x * 2.0 + 1.0, x - 3.0])
+        xn = rng.standard_normal(64)
+        x = lf.array(xn)
+        f(x)
+        f(x)                                   # commands, then the graph
+        y, z = f(x)
+        y[:8] = 7.0                            # may write into y's output memory in place
+        used = lf.sin(z) * 2.0                 # a later op reads an output: ordered after the call
+        kept = [f(x) for _ in range(5)]        # both output sets busy: kept outputs move
+        want_y = xn * 2.0 + 1.0
+        want_y[:8] = 7.0
+        np.testing.assert_array_equal(np.asarray(y), want_y)
+        np.testing.assert_allclose(np.asarray(used), np.sin(xn - 3.0) * 2.0, rtol=1e-14, atol=1e-15)
+        for a, b in kept:
+            np.testing.assert_array_equal(np.asarray(a), xn * 2.0 + 1.0)
+            np.testing.assert_array_equal(np.asarray(b), xn - 3.0)
+        st = _expect_graph(device, f)
+        if device.type == "gpu":
+            assert st["evacuated"] > 0, st

@@ -44,11 +44,18 @@ with lf.stream(s):
     assert st["output_sets"] == 2 and st["captures"] == 2 and st["evacuated"] == 0, st
     del y
     gc.collect()
-    kept = [f(x0, w) for _ in range(3)]      # three kept at once: the third call moves the first's
+    kept = [f(x0, w) for _ in range(2)]
+    used = kept[0][0]._data.buffer          # one value's buffer made (used) before its call's values move
+    old_ptr = used.data.ptr
+    kept.append(f(x0, w))                    # three kept at once: the third call moves the first's
     st = f.stats()[0]
     assert st["evacuated"] == 2, st
-    moved = kept[0][0]._data.buffer
-    assert moved.data.owner is None and moved.release is not None
+    unit = next(iter(f._plans.values())).unit
+    block = used.data.owner                  # both values now live in one block of their own
+    assert all(block is not o.region for o in unit.sets) and used.data.ptr != old_ptr, (block, old_ptr)
+    later = kept[0][1]._data.buffer          # made after the move: at the block, written by the move
+    assert later.data.owner is block and later.writer is used.writer and later.release is None
+    assert later.data.ptr - used.data.ptr == kept[0][1]._data.spec[5] - kept[0][0]._data.spec[5]  # offsets kept
     f(lf.array(np.ones((4, 8), np.float32)), w)   # a new x: staged, both sets captured again
     st = f.stats()[0]
     assert st["staged_args"] == [0], st
@@ -86,7 +93,8 @@ with lf.stream(s):
     k(y, w)
     k(y, w)                                  # k's graph reads y where it is
     keep = [g(x0) for _ in range(3)]         # y's region is reused: y moves to memory of its own
-    assert y[0]._data.buffer.data.owner is None if isinstance(y, list) else y._data.buffer.data.owner is None
+    gunit = next(iter(g._plans.values())).unit
+    assert all(y._data.buffer.data.owner is not o.region for o in gunit.sets)
     k(y, w)
     assert k.stats()[0]["staged_args"] == [0], k.stats()   # k noticed the move and copies y in
     del keep

@@ -14,14 +14,16 @@ from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
 from .fusion import FusedNode, fuse
 from .grouping import Group, group_matmuls
-from .node import ArrayData
+from .node import ArrayData, LazyData
 
 
 def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     """Pending nodes reachable from roots, inputs before users. Iterative: deep chains are fine."""
+    # (LazyData: a compiled call's value, evaluated; its type is checked first so that evaluating
+    # its outputs does not make buffers nobody needs)
     if len(roots) == 1:  # the common eager case: one new node over evaluated inputs
         root = roots[0]
-        if root.buffer is not None:
+        if type(root) is LazyData or root.buffer is not None:
             return []
         for i in root.inputs:
             if i.buffer is None:
@@ -31,7 +33,7 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     # Many independent nodes over evaluated inputs (a grouped matmul's members): no search needed.
     flat: list[ArrayData] = []
     for root in roots:
-        if root.buffer is not None:
+        if type(root) is LazyData or root.buffer is not None:
             continue
         for i in root.inputs:
             if i.buffer is None:
@@ -46,7 +48,7 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     order: list[ArrayData] = []
     seen: set[int] = set()
     for root in roots:
-        if root.buffer is not None or id(root) in seen:
+        if type(root) is LazyData or root.buffer is not None or id(root) in seen:
             continue
         stack = [(root, False)]
         while stack:

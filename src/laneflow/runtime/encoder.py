@@ -93,8 +93,13 @@ class CommandEncoder:
         self.policy = policy or GreedyPolicy()
 
     def encode(self, op: str, fn: Callable[[Lane], object], reads: Sequence[Buffer],
-               writes: Sequence[Buffer], lane: Lane | None = None) -> Point:
-        """Submit one command; returns its point. ``lane`` forces a lane (tests, compile)."""
+               writes: Sequence[Buffer], lane: Lane | None = None, settled: Sequence[Buffer] = ()) -> Point:
+        """Submit one command; returns its point. ``lane`` forces a lane (tests, compile).
+
+        ``settled`` (with ``lane``): more buffers the command reads that need no checks, only their
+        reader entries: the caller knows ``lane`` already follows their writers and that they carry no
+        error or pending check (a compiled call whose arguments are the last call's, with the same
+        writers: ``cuda/graph.py``)."""
         stats = STATS
         if lane is None and len(self.lanes) == 1:
             lane = self.lanes[0]
@@ -118,6 +123,8 @@ class CommandEncoder:
         cmd = Command(op, fn, reads, writes, seq)
         point = Point(lane, seq, lane.clock)
         for b in reads:
+            b.readers[lane] = point
+        for b in settled:
             b.readers[lane] = point
         for b in writes:
             b.writer = point

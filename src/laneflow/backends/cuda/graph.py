@@ -59,10 +59,19 @@ class CaptureUnsupported(Exception):
 
 
 class OutArray(DeviceArray):
-    """A returned value living in a plan's output region; ``owner`` keeps that region alive, ``tag``
-    tells the plan which of its outputs this is."""
+    """A returned value's device handle, in a plan's output region or in the memory its outputs moved
+    to; ``owner`` keeps that memory alive."""
 
-    __slots__ = ("owner", "tag")
+    __slots__ = ("owner",)
+
+
+class OutBuffer(Buffer):
+    """A returned value's buffer (made on first use, ``_Lease.materialize``). Its memory belongs to the
+    output region (its death frees nothing, ``_out_released``); ``lease`` keeps the call's lease alive
+    while the buffer is (a graph reading it as a direct argument, a command in flight, a value written
+    into it in place)."""
+
+    __slots__ = ("lease",)
 
 
 def allocate_region(ctx, device, nbytes: int, op: str) -> Buffer:
@@ -127,6 +136,7 @@ class GraphPlan:
                 if kind == "const" and not any(v.buffer is c for c in self.consts):
                     self.consts.append(v.buffer)
         self.const_ptrs = [c.data.ptr for c in self.consts]
+        self._movable_consts = [i for i, c in enumerate(self.consts) if c.__class__ is OutBuffer]
         self.branch_of, self.branches = _assign_branches(deps, MAX_BRANCHES)
         self.signals = set()  # steps another branch waits for
         for j, ds in enumerate(deps):
@@ -159,6 +169,7 @@ class GraphPlan:
             n = spec.nbytes
             self.out_specs.append((slot, spec.shape, spec.dtype, n, n // spec.dtype.itemsize if spec.dtype.itemsize else 0,
                                    self.out_offsets[slot]))
+        self.spec_index = {t[0]: t for t in self.out_specs}  # slot -> its out_specs entry (a value's spec)
         self.sets: list[_OutSet] = []
         # -- arguments ---------------------------------------------------------------------------
         self.bound: list[Buffer | None] = []      # direct arguments: the buffer the graph reads
@@ -171,6 +182,7 @@ class GraphPlan:
         self.last_point = None
         self._last_args: list | None = None
         self._reads: list = []
+        self._read_writers: list | None = None  # the writers of _reads at a launch that found them clean
         self._static_writes: list | None = None
         self._copies: list = []
 
@@ -183,8 +195,8 @@ class GraphPlan:
                 "arena_bytes": sum(r.nbytes for r in self.regions), "output_bytes": self.out_bytes}
 
     def run(self, datas: list, stream) -> dict | None:
-        """Launch for one call (under the scheduler lock); returns slot -> new output buffer, or None
-        when this call must run as commands."""
+        """Launch for one call (under the scheduler lock); returns the call's :class:`_Lease` (its
+        values are made from it, ``compile._replay``), or None when this call must run as commands."""
         bufs = [d.buffer for d in datas]
         for i in self.host_checked:
             if bufs[i].data.host is not None:
@@ -198,10 +210,17 @@ class GraphPlan:
             self.arg_specs = [(d.shape, d.dtype) for d in datas]
             self.bound = list(bufs)
             self.bound_ptrs = [b.data.ptr for b in bufs]
+            self._movable = [i for i, b in enumerate(bufs) if b.__class__ is OutBuffer]
         bound = self.bound
         ptrs = self.bound_ptrs
-        # the common call: the buffers bound last time, none moved (list compares run in C)
-        same = bufs == bound and [b.data.ptr for b in bufs] == ptrs
+        # the common call: the buffers bound last time (a list compare in C), none moved: only a
+        # compiled function's output can move (``_evacuate``); other memory stays while it is alive
+        same = bufs == bound
+        if same:
+            for i in self._movable:
+                if bufs[i].data.ptr != ptrs[i]:
+                    same = False
+                    break
         for i, b in enumerate(() if same else bufs):
             old = bound[i]
             # a different buffer, or the same one moved (a kept output of another compiled function)
@@ -213,13 +232,16 @@ class GraphPlan:
                 else:
                     bound[i] = b
                     ptrs[i] = b.data.ptr
+                    if b.__class__ is OutBuffer and i not in self._movable:
+                        self._movable.append(i)
                 for o in self.sets:
                     o.stale = True
-        cptrs = [c.data.ptr for c in self.consts]
-        if cptrs != self.const_ptrs:  # a captured value moved: every graph reads it at its old address
-            self.const_ptrs = cptrs
-            for o in self.sets:
-                o.stale = True
+        for i in self._movable_consts:
+            if self.consts[i].data.ptr != self.const_ptrs[i]:  # a captured value (an output) moved
+                self.const_ptrs = [c.data.ptr for c in self.consts]  # every graph reads it at its old address
+                for o in self.sets:
+                    o.stale = True
+                break
         o = self._choose_set(stream)
         if o.exec is None or o.stale:
             self._capture(o)
@@ -232,7 +254,7 @@ class GraphPlan:
         launched set, after moving its outputs that are still alive."""
         sets = self.sets
         for o in sets:
-            if not o.live:
+            if o.lease is None or o.lease() is None:
                 return o
         if len(sets) < OUTPUT_SETS:
             o = _OutSet(self)
@@ -243,54 +265,74 @@ class GraphPlan:
         return o
 
     def _evacuate(self, o: _OutSet, stream) -> None:
-        """Move the outputs of set ``o`` that are still alive into memory of their own."""
-        alive = []
-        for r in o.last:
-            b = r()
-            if b is not None and b.data.owner is o.region:
-                alive.append(b)
-        o.last = []
-        if o.live - {b.data.tag for b in alive}:
-            # An output died but its release has not run yet (a finaliser of the cyclic GC on another
-            # thread): its readers are unknown, so wait for the device to be idle (rare).
-            self.ctx.synchronize()
-        o.live.clear()
-        if not alive:
+        """Move the outputs of set ``o``'s last call, still alive, to memory of their own: the whole
+        region in one copy (one allocation, one driver call; the values are a call's outputs, usually
+        all kept or all dropped). An exported output cannot move: the region is left to the outputs."""
+        lease = o.lease() if o.lease is not None else None
+        o.lease = None
+        if lease is None:
             return
-        if any(b.exported for b in alive):
+        mats = [b for b in (r() for r in lease.mats) if b is not None]
+        if any(b.exported for b in mats):
             o.new_region()  # exported memory cannot move: leave the region to it
             return
-        mem = self.ctx.memory
         region = o.region
-        cpu_readers = [p for b in alive for p in b.readers.values() if not isinstance(p.lane, CudaLane)]
+        # readers of the old place (and the writer of a value written there in place since): the
+        # region's next write waits for them
+        o.dead.append(list(lease.readers.values()) + lease.points_apart(mats))
+        mem = self.ctx.memory
+        n = self.out_bytes
+        h = DeviceArray(self.ctx, (max(n, 1),), _u8())
+        block = Buffer(self.device, h.nbytes, h, mem.release)
+        cpu_readers = [p for b in mats for p in b.readers.values() if not isinstance(p.lane, CudaLane)]
 
-        def move(lane, alive=alive, cpu_readers=cpu_readers, mem=mem):
+        def move(lane, h=h, region=region, lease=lease, mats=mats, n=n):
             for p in cpu_readers:  # a CPU worker reads h.ptr when it runs: let it finish first
                 p.lane.host_wait(p.seq)
-            for b in alive:
-                h = b.data
-                if h.nbytes:
-                    new = mem.raw_alloc(h.nbytes, lane.stream, "compiled output")
-                    check(cu.cuMemcpyDtoDAsync(new, h.ptr, h.nbytes, lane.stream), "cuMemcpyDtoDAsync (output)")
-                    h.ptr = new
-                h.owner = None
-                b.release = mem.release
+            h.ptr = mem.raw_alloc(h.nbytes, lane.stream, "compiled outputs (moved)")
+            if n:
+                check(cu.cuMemcpyDtoDAsync(h.ptr, region.data.ptr, n, lane.stream), "cuMemcpyDtoDAsync (outputs)")
+            base = lease.base = h.ptr
+            for b in mats:
+                b.data.ptr = base + b.data.ptr - lease.old_base
+                b.data.owner = block
 
-        self.evacuated += len(alive)
-        stream.encoder.encode("compiled output move", move, [region, *alive], alive, lane=stream.lanes[0])
+        lease.old_base = lease.base
+        self.evacuated += len(self.out_specs)
+        # reads the made buffers too: one written in place since is copied after that write
+        point = stream.encoder.encode("compiled output move", move, [region, *mats], [block], lane=stream.lanes[0])
+        # later readers of the moved values are readers of the block: its free waits for them
+        lease.block, lease.point, lease.readers = block, point, block.readers
+        for b in mats:
+            b.writer, b.readers = point, block.readers
 
-    def _launch(self, o: _OutSet, stream, bufs: list) -> dict:
+    def _launch(self, o: _OutSet, stream, bufs: list) -> _Lease:
         region = o.region
         o.drain()  # readers of dropped outputs: this write of the region waits for them
         lane = stream.lanes[0]
         o.lane = lane
         ctx = self.ctx
         base = region.data.ptr
-        release = o.released
         exec_ = o.exec
         if bufs != self._last_args:  # the same argument buffers as last call (weights): reuse the lists
             self._last_args = bufs
             self._reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
+            self._read_writers = None
+        reads = self._reads
+        # Reads with the writers they had at the last launch, which found them without error or
+        # pending check: this lane follows those writers already, so the encoder only records the
+        # reader entries (tens of arguments: the checks cost about 0.15 us each).
+        writers = [b.writer for b in reads]
+        if writers == self._read_writers:  # Points compare by identity
+            reads, settled = (), reads
+        else:
+            settled = ()
+            clean = True
+            for b in reads:
+                if b.error is not None or b.checks is not None:
+                    clean = False
+                    break
+            self._read_writers = writers if clean else None
         if self._static_writes is None:
             self._static_writes = [*self.regions, *self.staged.values()]
             self._copies = [(self.staged[i].data.ptr, i, self.arg_nbytes[i]) for i in self.staged
@@ -311,34 +353,16 @@ class GraphPlan:
                 check((err,), "cuGraphLaunch")
 
         o.launched = self.launches = self.launches + 1
-        # Launch first, then make the output buffers (a few us each in Python): the GPU starts while
-        # the host builds them. They are new, so the launch is simply their writer.
-        point = self.last_point = stream.encoder.encode(self.name, launch, self._reads,
-                                                        [*self._static_writes, region], lane=lane)
-        err, checks = region.error, region.checks  # what the launch left (Command.run already ran)
-        outs: dict = {}
-        live = o.live
-        device = self.device
-        tag = o.tags
-        new_h, new_b = OutArray.__new__, Buffer.__new__
-        ref = weakref.ref
-        last = []
-        # __new__ and plain attribute stores: a call builds tens of these, and __init__ calls cost
-        # more than the stores (every slot of both classes is set here)
-        for slot, shape, dtype, n, size, offset in self.out_specs:
-            h = new_h(OutArray)
-            h.ctx, h.shape, h.dtype, h.host, h.owner = ctx, shape, dtype, None, region
-            h.size, h.nbytes, h.ptr = size, n, base + offset
-            tag += 1
-            h.tag = tag
-            live.add(tag)
-            b = outs[slot] = new_b(Buffer)
-            b.device, b.nbytes, b.data, b.writer, b.readers = device, n, h, point, {}
-            b.error, b.exported, b.release, b.checks = err, False, release, checks
-            last.append(ref(b))
-        o.tags = tag
-        o.last = last
-        return outs
+        point = self.last_point = stream.encoder.encode(self.name, launch, reads, [*self._static_writes, region],
+                                                        lane=lane, settled=settled)
+        # The values are made by compile._replay from the lease (their buffers only on first use):
+        # the launch is simply their writer, and what it left (Command.run already ran) their error.
+        lease = _Lease.__new__(_Lease)
+        lease.set, lease.region, lease.base, lease.point = o.ref, region, base, point
+        lease.error, lease.checks, lease.readers, lease.mats, lease.block = region.error, region.checks, {}, [], None
+        lease.specs, lease.ctx, lease.device = self.spec_index, ctx, self.device
+        o.lease = weakref.ref(lease)
+        return lease
 
     # -- capture ---------------------------------------------------------------------------------
     def _capture_lanes(self) -> list:
@@ -494,51 +518,31 @@ class _Closer:
 
 
 class _OutSet:
-    """One output region and the executable graph that writes it. ``live`` holds the tags of outputs
-    handed out and not yet released or moved; ``dead`` the reader points of released ones, which the
-    region's next writer waits for."""
+    """One output region and the executable graph that writes it. ``lease`` refers (weakly) to the
+    lease of the last call launched on it: the set is free once that lease died, i.e. every value
+    and buffer of the call did. ``dead`` holds the reader points of calls whose values died, which
+    the region's next writer waits for."""
 
     def __init__(self, g: GraphPlan):
         self.g = weakref.ref(g)
+        self.ref = weakref.ref(self)
         self.backend, self.device, self.nbytes = g.backend, g.device, g.out_bytes
         self.exec = None
         self.temps: _Temps | None = None
         self.stale = False
         self.launched = 0
         self.lane = None  # the lane its launches go to
-        self.tags = 0
-        self.live: set[int] = set()
+        self.lease = None  # weakref to the last call's _Lease
         self.dead: collections.deque = collections.deque()
-        self.last: list = []
         self.region: Buffer = None  # type: ignore[assignment]
         self.new_region()
-        ref = weakref.ref(self)
-
-        def released(buf: Buffer, ref=ref) -> None:
-            # Any thread, maybe inside GC: only queue the points the region's next writer must wait for
-            # (points on the launch lane precede the next launch there anyway).
-            h = buf.data
-            owner = h.owner
-            o = ref()
-            if o is not None and owner is o.region:
-                lane = o.lane
-                rd, w = buf.readers, buf.writer
-                if rd or (w is not None and w.lane is not lane):  # else: nothing beyond program order
-                    pts = [p for p in (w, *rd.values()) if p is not None and p.lane is not lane]
-                    if pts:
-                        o.dead.append(pts)
-                o.live.discard(h.tag)  # after queueing: a set seen free has its readers queued
-            elif owner is not None:  # a region given away (exported outputs), or a dropped plan's
-                _add_readers(owner.readers, [p for p in (buf.writer, *buf.readers.values()) if p is not None])
-
-        self.released = released
 
     def new_region(self) -> None:
         """Fresh memory for this set's outputs (the old region stays with the outputs that hold it)."""
         if self.region is not None:
             self.drain()  # the old region's free waits for readers of outputs dropped so far
         self.region = self.backend.allocate_region(self.device, self.nbytes, "compiled outputs")
-        self.live = set()
+        self.lease = None
         self.dead = collections.deque()
         self.stale = True
 
@@ -554,6 +558,62 @@ class _OutSet:
             self.drain()  # before the region is released (Memory.release reads its readers)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+class _Lease:
+    """The values of one compiled call (shared by them, ``LazyData.lease``): where they live
+    (``base``: the output region, or the block they moved to), their writer and error, and ``readers``
+    (lane -> latest point), one dict for all their buffers, as if they were one buffer. When the lease
+    dies (every value and buffer of the call did), the readers are handed to the memory's next writer:
+    the set's next launch, or the region's free when the plan gave the region away. Two Python
+    objects per value (Array, LazyData) instead of four, and no finaliser per value."""
+
+    __slots__ = ("set", "region", "base", "old_base", "point", "error", "checks", "readers", "mats", "block", "specs",
+                 "ctx", "device", "__weakref__")
+
+    def materialize(self, d) -> OutBuffer:
+        """The buffer of value ``d`` (first use: an op reads it, a host read, an export)."""
+        _, shape, dtype, n, size, offset = d.spec
+        h = OutArray.__new__(OutArray)
+        h.ctx, h.shape, h.dtype, h.host, h.size, h.nbytes = self.ctx, shape, dtype, None, size, n
+        h.ptr, h.owner = self.base + offset, self.block if self.block is not None else self.region
+        b = OutBuffer.__new__(OutBuffer)
+        b.device, b.nbytes, b.data, b.writer, b.readers = self.device, n, h, self.point, self.readers
+        b.error, b.exported, b.release, b.checks, b.lease = self.error, False, _out_released, self.checks, self
+        self.mats.append(weakref.ref(b))
+        return b
+
+    def points_apart(self, mats: list) -> list:
+        """Writer and reader points of made buffers that left the shared state (one written in place
+        after the call: ``x[i] = v`` reusing a dropped value's buffer)."""
+        pts = []
+        for b in mats:
+            if b.readers is not self.readers or b.writer is not self.point:
+                pts.extend(p for p in (b.writer, *b.readers.values()) if p is not None)
+        return pts
+
+    def __del__(self) -> None:
+        # Any thread, maybe inside GC: only queue points (a moved call's block waits for them itself:
+        # its readers are the block's).
+        try:
+            if self.block is not None or not self.readers:
+                return
+            pts = list(self.readers.values())
+            o = self.set()
+            if o is not None and o.region is self.region:
+                o.dead.append(pts)
+            else:  # a region given away (exported outputs), or a dropped plan's
+                _add_readers(self.region.readers, pts)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _out_released(b: OutBuffer) -> None:
+    """A made buffer died (any thread): if it left the call's shared state (written in place), its
+    points join the lease's readers, which the memory's next writer waits for."""
+    lease = b.lease
+    if b.readers is not lease.readers or b.writer is not lease.point:
+        _add_readers(lease.readers, lease.points_apart([b]))
 
 
 def _add_readers(readers: dict, points) -> None:
