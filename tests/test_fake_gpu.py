@@ -54,7 +54,7 @@ with lf.stream(s):
     block = used.data.owner                  # both values now live in one block of their own
     assert all(block is not o.region for o in unit.sets) and used.data.ptr != old_ptr, (block, old_ptr)
     later = kept[0][1]._data.buffer          # made after the move: at the block, written by the move
-    assert later.data.owner is block and later.writer is used.writer and later.release is None
+    assert later.data.owner is block and later.writer is used.writer and later.lease is used.lease
     assert later.data.ptr - used.data.ptr == kept[0][1]._data.spec[5] - kept[0][0]._data.spec[5]  # offsets kept
     f(lf.array(np.ones((4, 8), np.float32)), w)   # a new x: staged, both sets captured again
     st = f.stats()[0]

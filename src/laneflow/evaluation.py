@@ -25,8 +25,15 @@ def _leaves(xs: Any) -> Iterator[Array]:
 
 
 def _arrays(xs: tuple) -> list[Array]:
-    if len(xs) == 1 and type(xs[0]) is Array:  # the common case, without walking a tree
-        return [xs[0]]
+    if len(xs) == 1:  # the common cases, without walking a tree: one array, or a flat list of them
+        x = xs[0]
+        t = type(x)
+        if t is Array:
+            return [x]
+        if t is list or t is tuple:
+            flat = [a for a in x if type(a) is Array]
+            if len(flat) == len(x):
+                return flat
     return list(_leaves(xs))
 
 

@@ -90,10 +90,18 @@ class _Plan:
     """The steps of one traced signature, and the static memory of its intermediates."""
 
     __slots__ = ("steps", "deps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit",
-                 "unit_note")
+                 "unit_note", "lazy")
 
     def __init__(self, steps, outputs, treedef, n_slots, memory=None, deps=None):
-        self.steps, self.outputs, self.treedef, self.n_slots = steps, outputs, treedef, n_slots
+        self.steps, self.outputs, self.n_slots = steps, outputs, n_slots
+        if treedef == (list, tuple([_LEAF] * len(outputs))):  # a flat list: returned as built
+            treedef = _FLAT_LIST.setdefault(len(outputs), treedef)
+        self.treedef = treedef
+        # (slot, shape, dtype, stream, device) per output when every output is a distinct computed
+        # value (a graph call then makes them in one tight loop), else None
+        slots = [ref[1] for ref, *_ in outputs if ref[0] == "slot"]
+        self.lazy = ([(ref[1], shape, dtype, st, st.device) for ref, shape, dtype, st in outputs]
+                     if len(slots) == len(outputs) == len(set(slots)) else None)
         self.deps = deps if deps is not None else step_deps(steps)  # per step: the steps it reads from
         self.memory = memory   # MemoryPlan over intermediate slots, or None
         self.arena = None      # slot -> (region buffer, view), made at the first replay
@@ -106,6 +114,10 @@ class _Plan:
             return self.unit.stats()
         return {"mode": "commands", "steps": len(self.steps), "note": self.unit_note,
                 "arena_bytes": self.memory.arena_bytes if self.memory is not None else 0}
+
+
+#: number of outputs -> the one treedef object of a flat list of that many arrays (compared by identity)
+_FLAT_LIST: dict = {}
 
 
 class _Static:
@@ -421,33 +433,45 @@ def _replay(plan: _Plan, datas: list, stream: Any, evaluated: bool) -> Any:
         if not unit:
             _replay_commands(plan, datas, slots)
         results = []
-        made: dict = {}  # slot -> its value: an output returned twice is one value, never two sharing a buffer
-        new_d, new_a = ArrayData.__new__, Array.__new__
-        if lease is not None:
-            specs, new_l, set_buffer = lease.specs, LazyData.__new__, ArrayData.buffer.__set__
-        for ref, shape, dtype, stream in plan.outputs:
-            kind = ref[0]
-            if kind == "slot":
-                d = made.get(ref[1])
-                if d is None:
-                    # ArrayData.__init__ and Array._wrap inlined (tens of outputs per call; not tracing
-                    # here, so no note_created): every slot of an evaluated value
-                    if lease is not None:  # a graph's value: its buffer is made on first use
-                        d = made[ref[1]] = new_l(LazyData)
-                        d.lease, d.spec = lease, specs[ref[1]]
-                        set_buffer(d, None)  # the slot under LazyData's property
-                    else:
-                        d = made[ref[1]] = new_d(ArrayData)
-                        d.buffer = slots[ref[1]]
-                    d.shape, d.dtype, d.stream, d.device, d.prim = shape, dtype, stream, stream.device, None
-                    d.inputs, d.siblings, d.users, d.arrays = (), None, 0, 0
-            else:
-                d = datas[ref[1]] if kind == "arg" else ref[1]
-            a = new_a(Array)
-            a._data = d
-            d.arrays += 1
-            results.append(a)
-    return _unflatten(plan.treedef, results)
+        new_a = Array.__new__
+        lazy = plan.lazy
+        if lease is not None and lazy is not None:
+            # The common graph call: every output a distinct value of the graph. LazyData and Array
+            # made inline (tens of outputs per call; not tracing, so no note_created); prim, inputs
+            # and siblings are LazyData's class attributes, the buffer slot is filled on first use.
+            specs, new_l = lease.specs, LazyData.__new__
+            for slot, shape, dtype, st, device in lazy:
+                d = new_l(LazyData)
+                d.lease, d.spec, d.shape, d.dtype, d.stream, d.device, d.users, d.arrays = (
+                    lease, specs[slot], shape, dtype, st, device, 0, 1)
+                a = new_a(Array)
+                a._data = d
+                results.append(a)
+        else:
+            made: dict = {}  # slot -> its value: an output returned twice is one value, never two sharing a buffer
+            new_d = ArrayData.__new__
+            for ref, shape, dtype, st in plan.outputs:
+                kind = ref[0]
+                if kind == "slot":
+                    d = made.get(ref[1])
+                    if d is None:
+                        if lease is not None:  # a graph's value: its buffer is made on first use
+                            d = made[ref[1]] = LazyData.__new__(LazyData)
+                            d.lease, d.spec = lease, lease.specs[ref[1]]
+                        else:  # ArrayData.__init__ inlined: every slot of an evaluated value
+                            d = made[ref[1]] = new_d(ArrayData)
+                            d.buffer, d.prim, d.inputs, d.siblings = slots[ref[1]], None, (), None
+                        d.shape, d.dtype, d.stream, d.device, d.users, d.arrays = shape, dtype, st, st.device, 0, 0
+                else:
+                    d = datas[ref[1]] if kind == "arg" else ref[1]
+                a = new_a(Array)
+                a._data = d
+                d.arrays += 1
+                results.append(a)
+    t = plan.treedef
+    if t is _FLAT_LIST.get(len(results)):
+        return results
+    return _unflatten(t, results)
 
 
 def _replay_commands(plan: _Plan, datas: list, slots: list) -> None:

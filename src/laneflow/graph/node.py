@@ -84,10 +84,18 @@ class LazyData(ArrayData):
     ``spec`` is the lease's description of this value. Never pending; ``buffer`` is never None."""
 
     __slots__ = ("lease", "spec")
+    # Constant for every such value: class attributes, so making one stores less (never assigned:
+    # a LazyData is never scheduled)
+    prim = None
+    inputs = ()
+    siblings = None
 
     @property
     def buffer(self):
-        b = _buffer_slot.__get__(self)
+        try:
+            b = _buffer_slot.__get__(self)
+        except AttributeError:  # not filled at creation: first use
+            b = None
         if b is None:
             b = self.lease.materialize(self)
             _buffer_slot.__set__(self, b)
