@@ -4,7 +4,6 @@ and launch with one pre-packed parameter block: input pointers, output pointers,
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from cuda.bindings import driver as cu
@@ -17,26 +16,15 @@ from .kernels.launch import Kernel
 _MAX_STATIC_SMEM = 48 * 1024
 
 
-_loaded: dict = {}  # (device, source, name, params) -> Kernel
-_lock = threading.Lock()
-
-
 def load(ctx, source: str, name: str, params: str) -> Kernel:
-    """The compiled kernel ``name`` of ``source`` on this device (cached by source, name and layout).
+    """The compiled kernel ``name`` of ``source`` on this device (cached by source, name and layout,
+    ``Modules.source``).
 
     The user's source is compiled as written (no laneflow preamble), so compiler line numbers are the
     user's. Raises KernelCompileError (with the offending source lines) or a LaneflowError naming the
     kernel."""
-    key = (ctx.index, source, name, params)
-    k = _loaded.get(key)
-    if k is not None:
-        return k
     try:
-        with _lock:
-            k = _loaded.get(key)
-            if k is None:
-                k = _loaded[key] = ctx.modules._load(source, name, params)
-        return k
+        return ctx.modules.source(source, name, params)
     except CudaError as e:
         if e.name == "CUDA_ERROR_NOT_FOUND":
             raise LaneflowError(

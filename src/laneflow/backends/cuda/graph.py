@@ -337,10 +337,7 @@ class GraphPlan:
             self._static_writes = [*self.regions, *self.staged.values()]
             self._copies = [(self.staged[i].data.ptr, i, self.arg_nbytes[i]) for i in self.staged
                             if self.arg_nbytes[i]]
-        for b in self._static_writes:
-            b.error = None
-        region.error = None
-        copies = self._copies
+        copies = self._copies  # (errors of the writes: Command.run sets or clears them)
 
         def launch(lane, copies=copies, bufs=bufs, exec_=exec_):
             s = lane.stream

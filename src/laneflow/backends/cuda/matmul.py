@@ -240,7 +240,7 @@ def matmul_group(lane, prim, ins, outs) -> None:
     """Independent matmuls of equal shapes, ``outs[i] = ins[i] @ ins[n + i]``, as pointer-array batched
     GEMMs (``cublasGemmBatchedEx``; one call per ``MAX_GROUP`` matrices). The pointer arrays are
     written on the lane by a kernel whose parameter block holds them, so no host memory has to
-    outlive the call and the whole thing can be captured into a CUDA graph.
+    outlive the call; inside a graph capture they are written once into the graph's own memory.
 
     Measured on the H200 (``tools/probe_grouped.py``): 32 x (16x4096 @ 4096x1024) bf16 in 66.7 us
     against 66.0 for a strided batch over stacked operands and 685 for 32 separate cuBLASLt calls.
@@ -274,7 +274,16 @@ def matmul_group(lane, prim, ins, outs) -> None:
         words = pa[s:s + cnt] + pb[s:s + cnt] + pc[s:s + cnt]
         arr = mem.raw_alloc(len(words) * 8, lane.stream, "matmul")
         try:
-            store.launch_prefix(lane.stream, (1, 1, 1), (_PTR_SLOTS, 1, 1), (arr, len(words), *words))
+            if mem.capture is not None:
+                # Being captured into a graph: the addresses are fixed, so the array is written once
+                # now (graph-owned memory, on the pool's free stream, outside the capture) and the
+                # graph has no pointer kernel to run at every launch.
+                host = np.array(words, np.uint64)
+                check(cu.cuMemcpyHtoDAsync(arr, host.ctypes.data, host.nbytes, mem.free_stream),
+                      "cuMemcpyHtoDAsync (grouped matmul pointers)")
+                check(cu.cuStreamSynchronize(mem.free_stream), "cuStreamSynchronize (grouped matmul pointers)")
+            else:
+                store.launch_prefix(lane.stream, (1, 1, 1), (_PTR_SLOTS, 1, 1), (arr, len(words), *words))
             with pool.use(lane) as (handle, _):
                 cb.gemm_batched_ex(handle, 0, 0, N, M, K, alpha.ctypes.data, arr, tid, N, arr + cnt * 8, tid, K,
                                    beta.ctypes.data, arr + 2 * cnt * 8, tid, N, cnt, compute, -1)

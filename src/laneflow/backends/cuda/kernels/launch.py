@@ -111,8 +111,9 @@ class Modules:
         self._modules: dict = {}
         self._lock = threading.Lock()
 
-    def get(self, spec: tuple, build: Callable[[], tuple[str, str, str]]) -> Kernel:
-        """The kernel for ``spec``; ``build()`` returns (source body, kernel name, parameter codes)."""
+    def get(self, spec: tuple, build: Callable[[], tuple[str, str, str]], preamble: bool = True) -> Kernel:
+        """The kernel for ``spec``; ``build()`` returns (source body, kernel name, parameter codes). The
+        body is compiled after laneflow's :data:`~.cdefs.PREAMBLE` unless ``preamble`` is False."""
         k = self._kernels.get(spec)
         if k is not None:
             return k
@@ -120,13 +121,14 @@ class Modules:
             k = self._kernels.get(spec)
             if k is None:
                 body, name, params = build()
-                k = self._load(PREAMBLE + body, name, params)
+                k = self._load(PREAMBLE + body if preamble else body, name, params)
                 self._kernels[spec] = k
         return k
 
     def source(self, source: str, name: str, params: str) -> Kernel:
-        """A kernel from complete user source (no preamble), cached by its text."""
-        return self.get(("user", source, name, params), lambda: (source, name, params))
+        """A kernel from complete user source, compiled as written (no preamble: compiler line numbers
+        are the user's), cached by its text."""
+        return self.get(("user", source, name, params), lambda: (source, name, params), preamble=False)
 
     def _load(self, source: str, name: str, params: str) -> Kernel:
         ctx = self.ctx
