@@ -10,11 +10,14 @@ readers of the memory it overwrites), and its work is a few argument copies plus
 Memory is fixed at capture, so no call allocates:
 
 - intermediates live in the plan's regions (the static memory plan, ``graph/memory_plan.py``);
-- returned values live in one *output region*. A call hands them out as new buffers that are views of
-  it. At the next call, a previous output that is still alive is first moved to memory of its own (one
-  device copy; its ``ptr`` changes, its value does not), so outputs stay valid after the next call and
-  a loop that drops them (the usual case) copies nothing. An output exported zero-copy (DLPack) cannot
-  move: the plan then gives that region to the exported arrays and takes a new one (one re-capture).
+- returned values live in one *output region* (one per output set: :data:`OUTPUT_SETS`). A call's
+  values are :class:`~laneflow.graph.node.LazyData` sharing one :class:`_Lease`; a value's buffer
+  and device handle are made when something first uses it. When a set is needed again while the
+  values of its last call are still alive, the whole region is first copied to a block of its own
+  (one copy; the values' ``ptr`` change, their contents do not), so outputs stay valid after the
+  next call and a loop that drops them (the usual case) copies nothing. An output exported
+  zero-copy (DLPack) cannot move: the plan then gives that region to the exported arrays and takes
+  a new one (one re-capture).
 - arguments are read where they are (*direct*) while each call passes the same buffer (weights, say);
   an argument that changes between calls is copied into a static staging buffer (*staged*, one device
   copy per call: one driver call, where patching would touch every kernel node that reads the
