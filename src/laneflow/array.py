@@ -41,9 +41,10 @@ class Array:
         old.arrays -= 1
 
     def __del__(self) -> None:
-        d = getattr(self, "_data", None)
-        if d is not None:
-            d.arrays -= 1
+        try:  # (an Array whose construction failed has no _data)
+            self._data.arrays -= 1
+        except AttributeError:
+            pass
 
     # copy.copy and copy.deepcopy would otherwise fill the slot without counting the new binding,
     # letting the value be written in place while the copy still sees it. Values are immutable, so a

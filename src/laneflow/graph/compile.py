@@ -239,7 +239,7 @@ class CompiledFunction:
                 # the very values of the last call (weights, a kept input): the same plan, and all of
                 # them evaluated already (values are immutable; ArrayData compares by identity)
                 if last is not None and last[0] is stream and last[1] == datas:
-                    return _replay(last[2], datas, stream, True)
+                    return _replay(last[2], last[1], stream, True)  # the same list: the plan knows it
                 simple = True
                 leaves = list(args)
                 treedef = self._flat.get(len(args))
@@ -416,7 +416,7 @@ def _replay(plan: _Plan, datas: list, stream: Any, evaluated: bool) -> Any:
             pending = [d for d in datas if d.buffer is None]
             if pending:
                 _sched.schedule(pending)
-        slots: list = [None] * plan.n_slots
+        slots: list | None = None
         plan.calls += 1
         unit = plan.unit if plan.unit is not None or plan.calls < 2 else _unit(plan, stream)
         lease = None
@@ -431,6 +431,7 @@ def _replay(plan: _Plan, datas: list, stream: Any, evaluated: bool) -> Any:
                     raise
                 unit = False
         if not unit:
+            slots = [None] * plan.n_slots
             _replay_commands(plan, datas, slots)
         results = []
         new_a = Array.__new__

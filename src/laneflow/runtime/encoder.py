@@ -135,7 +135,7 @@ class CommandEncoder:
         sink = tracing.active
         if sink is not None:
             sink.enqueued(lane, cmd)
-        lane.submit(cmd)
+        lane._enqueue(cmd)  # Lane.submit, without the extra call
         return point
 
 

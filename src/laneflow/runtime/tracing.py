@@ -6,7 +6,7 @@ through the :class:`TraceSink` methods and never imports :mod:`laneflow.trace`.
 
 The protocol, per command:
 
-1. the encoder calls ``active.enqueued(lane, cmd)`` right before ``lane.submit(cmd)`` (host time);
+1. the encoder calls ``active.enqueued(lane, cmd)`` right before the lane enqueues it (host time);
 2. the lane reports when the command ran, before it signals the command's fence, so a trace that
    waits on fences sees complete records:
 

@@ -15,8 +15,8 @@ fall back to the H200 anchors (cuBLAS 64 MiB, cuSOLVER 96 MiB) when the driver c
 A workspace is ``(pointer, bytes)`` from the stream-ordered pool, allocated and freed on its lane.
 
 All pools of a device hang off one :class:`DeviceHandles` (``device_handles(ctx)``). A lane that goes
-away must free its workspaces in every pool: ``CudaLane.destroy`` calls ``ctx.matmul.pool.forget_lane``,
-and that pool (cuBLASLt's) passes the call on to the others of its device.
+away must free its workspaces in every pool: ``CudaLane.destroy`` calls ``DeviceHandles.forget_lane``
+(``ctx.handles``, present once any pool of the device was used).
 """
 
 from __future__ import annotations
@@ -158,11 +158,6 @@ class DeviceHandles:
                 p = self.pools.get(name)
                 if p is None:
                     p = self.pools[name] = self._make(name)
-            if name != "cublasLt":
-                # CudaLane.destroy reaches the pools through ctx.matmul.pool: make sure it exists.
-                from .matmul import _lib
-
-                _lib(self.ctx)
         return p
 
     def _make(self, name: str) -> HandlePool:
@@ -172,23 +167,12 @@ class DeviceHandles:
         if name == "cusolverDn":
             return HandlePool(CusolverDnLibrary(self.ctx, mod))
         if name == "cublasLt":
-            return _LanePool(CublasLtLibrary(self.ctx, mod), self)
+            return HandlePool(CublasLtLibrary(self.ctx, mod))
         raise ValueError(f"no handle pool for library {name!r}")
 
     def forget_lane(self, lane: Any, free_workspace: Any) -> None:
         for p in list(self.pools.values()):
-            HandlePool.forget_lane(p, lane, free_workspace)
-
-
-class _LanePool(HandlePool):
-    """cuBLASLt's pool, the one ``CudaLane.destroy`` knows: a lane's end reaches every pool of the device."""
-
-    def __init__(self, library: Any, group: DeviceHandles):
-        super().__init__(library)
-        self.group = group
-
-    def forget_lane(self, lane: Any, free_workspace: Any) -> None:
-        self.group.forget_lane(lane, free_workspace)
+            p.forget_lane(lane, free_workspace)
 
 
 def _bindings(name: str) -> Any:
@@ -227,5 +211,5 @@ def cublaslt_pool(ctx: Any, lt: Any) -> HandlePool:
     with g._lock:
         p = g.pools.get("cublasLt")
         if p is None:
-            p = g.pools["cublasLt"] = _LanePool(CublasLtLibrary(ctx, lt), g)
+            p = g.pools["cublasLt"] = HandlePool(CublasLtLibrary(ctx, lt))
     return p

@@ -185,7 +185,7 @@ class CudaLane(Lane):
             mem.collect()
         if _interop._deferred:  # another library's memory whose laneflow users may have finished
             _interop.collect()
-        hook = delays.current()
+        hook = delays._hook  # delays.current(), without the call
         if hook is not None:
             d = hook()
             if d > 0:
@@ -235,9 +235,9 @@ class CudaLane(Lane):
         if not self.closed:
             self.closed = True
             self.ctx.ensure_current()
-            lib = self.ctx.matmul
-            if lib is not None:  # this lane's library workspaces (and a handle of its own) go with it
-                lib.pool.forget_lane(self, lambda ws: self.ctx.memory.raw_free(ws[0], self.stream))
+            handles = getattr(self.ctx, "handles", None)  # the device's pools, once any was used
+            if handles is not None:  # this lane's library workspaces (and handles of its own) go with it
+                handles.forget_lane(self, lambda ws: self.ctx.memory.raw_free(ws[0], self.stream))
             check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")  # returns at once; work still runs
 
 
