@@ -211,3 +211,81 @@ print("fake gpu ok")
 def test_cuda_graph_plan_and_deferred_checks_bookkeeping_under_a_fake_driver(tmp_path):
     p = run_under_fake_driver(_SCRIPT, tmp_path, timeout=240)
     assert p.returncode == 0 and "fake gpu ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]
+
+
+_LAZY_SCRIPT = r'''
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+import laneflow.graph.compile as C
+from laneflow.graph.node import LazyData
+C._GRAPH_MODE = "strict"
+
+s = lf.new_stream(lf.gpu, lanes=2)
+with lf.stream(s):
+    w = lf.array(np.ones((8, 8), np.float32))
+    x = lf.array(np.ones((4, 8), np.float32))
+    f = lf.compile(lambda x, w: [x @ w, x * 2.0, (x + 1.0).sum()])
+    for _ in range(3):
+        ys = f(x, w)
+    assert all(type(y._data) is LazyData for y in ys), [type(y._data) for y in ys]
+    lease = ys[0]._data.lease
+    assert all(y._data.lease is lease for y in ys)
+    lf.async_eval(ys)                          # evaluated already: evaluating makes no buffer
+    lf.async_eval(*ys)
+    assert lease.mats == [] and not ys[0]._data.pending
+    z = ys[1] + 1.0                            # an op reads one value: its buffer (only its) is made
+    lf.eval(z)
+    b = ys[1]._data.buffer
+    assert [r() for r in lease.mats] == [b], lease.mats
+    assert b.writer is lease.point and b.readers is lease.readers
+    assert b.data.ptr == lease.base + ys[1]._data.spec[5]
+    assert lease.readers, "the op's read is not recorded for the call's values"
+    o = lease.set()
+    del ys, z, b, lease
+    gc.collect()
+    assert o.lease() is None and len(o.dead) == 1, (o.lease(), o.dead)   # free; its readers queued
+
+    # the last call's very values skip the signature; other values, or a static argument, do not
+    last = f._last
+    f(x, w)
+    assert f._last is last
+    x2 = lf.array(np.ones((4, 8), np.float32))
+    f(x2, w)
+    assert f._last is not last and f._last[1][0] is x2._data
+    g = lf.compile(lambda x, k: x * k)
+    g(x, 2.0)
+    g(x, 2.0)
+    assert g._last is None and g.cache_size == 1
+    g(x, 3.0)
+    assert g.cache_size == 2
+
+    # a value written in place (y[:2] = 5 reuses its dropped buffer in the output region): when it dies,
+    # that write joins the call's readers, which the region's next writer waits for
+    for _ in range(2):
+        ys = f(x, w)
+    lease = ys[1]._data.lease
+    o = lease.set()
+    ys[1][:2] = 5.0
+    lf.eval(ys[1])
+    d = ys[1]._data
+    assert type(d.buffer).__name__ == "OutBuffer" and d.buffer.lease is lease, type(d.buffer)
+    wp = d.buffer.writer
+    assert wp is not lease.point
+    del ys, d, lease
+    gc.collect()
+    assert any(wp in pts for pts in o.dead), list(o.dead)
+print("lazy outputs ok")
+'''
+
+
+def test_compiled_outputs_are_lazy_values_whose_readers_reach_the_next_write(tmp_path):
+    """A graph call's values (LazyData sharing one lease) under the fake driver: evaluating them makes
+    no buffer, using one makes only its own, dropping them frees the output set with their readers
+    queued, a value written in place hands that write on too; the last call's values skip the
+    signature lookup, static arguments never do."""
+    p = run_under_fake_driver(_LAZY_SCRIPT, tmp_path, timeout=120)
+    assert p.returncode == 0 and "lazy outputs ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]

@@ -216,3 +216,71 @@ def test_every_kernel_a_broad_workload_generates_compiles(tmp_path):
     assert p.returncode == 0 and "kernels compiled:" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]
     n = int(p.stdout.rsplit("kernels compiled:", 1)[1].split()[0])
     assert n >= 100, p.stdout
+
+
+class _Kernels:
+    """A device context's kernel store, recording which kernel each launch took (no GPU)."""
+
+    def __init__(self):
+        self.built: list = []
+        self.launched: list = []
+
+    def get(self, spec, build):
+        self.built.append(spec[0])
+        outer = self
+
+        class K:
+            def launch(self, stream, grid, block, args):
+                outer.launched.append((spec[0], tuple(args)))
+        return K()
+
+
+class _Ctx:
+    """A device context as the kernels see it (hashable: plans are keyed by it)."""
+
+    def __init__(self, modules):
+        self.modules, self.sm_count = modules, 132
+
+
+def _arr(shape, ptr, dtype=np.float32):
+    return SimpleNamespace(shape=shape, size=int(np.prod(shape)), dtype=np.dtype(dtype), ptr=ptr, host=None)
+
+
+def test_the_vector_kernel_serves_aligned_launches_and_the_grid_stride_kernel_the_others():
+    """Kernel choice per launch (elementwise.run and fused.fused): a row broadcast over 16-byte aligned
+    pointers takes the vector kernel with ``cols`` and ``n`` as its tail; a pointer one element off
+    (a view imported through DLPack, say), an odd width or an element count not a multiple of 4
+    takes the grid-stride kernel; each kernel is compiled on its first launch only."""
+    from laneflow.backends.cuda.kernels import elementwise as E
+    from laneflow.backends.cuda.kernels import fused as F
+
+    mods = _Kernels()
+    lane = SimpleNamespace(ctx=_Ctx(mods), stream=0)
+    E._plans.clear()
+    out, x, v = _arr((64, 16), 1 << 20), _arr((64, 16), 2 << 20), _arr((16,), 3 << 20)
+    E.run(lane, "multiply", (0, 1), [x, v], out)
+    assert mods.built == ["ewv"] and mods.launched[-1][1][-2:] == (16, 1024), mods.launched
+    v.ptr += 4                                             # one float in: not 16-byte aligned
+    E.run(lane, "multiply", (0, 1), [x, v], out)
+    assert mods.built == ["ewv", "ew"] and mods.launched[-1][0] == "ew"
+    assert mods.launched[-1][1][-1] == 1024                # ..., shape, strides of v, n
+    v.ptr -= 4
+    E.run(lane, "multiply", (0, 1), [x, v], out)           # aligned again: the vector kernel, no new build
+    assert mods.built == ["ewv", "ew"] and mods.launched[-1][0] == "ewv"
+    E.run(lane, "add", (0, 1), [_arr((6, 6), 4 << 20), _arr((6,), 5 << 20)], _arr((6, 6), 6 << 20))
+    assert mods.built[-1] == "ew"                          # rows of 6: no vector kernel
+    E.run(lane, "add", (0, 1), [_arr((7,), 4 << 20), _arr((7,), 5 << 20)], _arr((7,), 6 << 20))
+    assert mods.built[-1] == "ew"                          # 7 elements
+
+    # fused: the same choice, made per launch (a plan without shapes serves every size)
+    from laneflow.ops.primitives import Scalar
+
+    prim = SimpleNamespace(steps=(("multiply", (0, Scalar(2.0)), np.dtype(np.float32)),
+                                  ("add", (-1, 1), np.dtype(np.float32))))
+    F._plans.clear()
+    mods.built.clear()
+    F.fused(lane, prim, [_arr((64, 16), 7 << 20), _arr((64, 16), 8 << 20)], [_arr((64, 16), 9 << 20)])
+    F.fused(lane, prim, [_arr((9,), 7 << 20), _arr((9,), 8 << 20)], [_arr((9,), 9 << 20)])
+    F.fused(lane, prim, [_arr((64, 16), 7 << 20), _arr((64, 16), (8 << 20) + 8)], [_arr((64, 16), 9 << 20)])
+    assert mods.built == ["fusedv", "fused"], mods.built   # compiled once each
+    assert [k for k, _ in mods.launched[-3:]] == ["fusedv", "fused", "fused"], mods.launched[-3:]
