@@ -240,6 +240,7 @@ class CompiledFunction:
                 # them evaluated already (values are immutable; ArrayData compares by identity)
                 if last is not None and last[0] is stream and last[1] == datas:
                     return _replay(last[2], last[1], stream, True)  # the same list: the plan knows it
+                last = None  # (a local would keep the last call's values alive through this call)
                 simple = True
                 leaves = list(args)
                 treedef = self._flat.get(len(args))
@@ -261,6 +262,7 @@ class CompiledFunction:
         if plan is None:
             plan = self._trace(leaves, treedef)
             self._plans[key] = plan
+        self._last = None  # the last call's values: not held while this call picks an output set
         out = _replay(plan, datas, stream, False)
         # Keeps the last call's argument values (their buffers the plan keeps anyway, as the graph's
         # bound arguments) so that a call with the same values skips the signature. Only for calls

@@ -97,8 +97,7 @@ class LazyData(ArrayData):
         except AttributeError:  # not filled at creation: first use
             b = None
         if b is None:
-            b = self.lease.materialize(self)
-            _buffer_slot.__set__(self, b)
+            b = self.lease.materialize(self)  # fills the slot, once, under the scheduler lock
         return b
 
     @buffer.setter

@@ -37,7 +37,9 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
+from ...graph.node import ArrayData
 from ...runtime.buffer import Buffer
+from ...runtime.encoder import LOCK
 from .driver import check
 from .lanes import CudaLane
 from .memory import DeviceArray, ViewArray
@@ -55,6 +57,9 @@ STAGE_LIMIT = 64 << 20
 _ALIGN = 256
 _NO_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
 _RELAXED = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+_buffer_slot = ArrayData.buffer  # the slot under LazyData's ``buffer`` property
 
 
 class CaptureUnsupported(Exception):
@@ -204,7 +209,8 @@ class GraphPlan:
         ``datas`` may be the very list of the last launch (``CompiledFunction`` passes it again for
         the same values): their buffers are then the same (an evaluated value's buffer never changes;
         only a compiled output's address can move, checked below)."""
-        bufs = self._last_args if datas is self._last_datas else [d.buffer for d in datas]
+        last = self._last_args
+        bufs = last if datas is self._last_datas and last is not None else [d.buffer for d in datas]
         for i in self.host_checked:
             if bufs[i].data.host is not None:
                 self.host_calls += 1
@@ -218,19 +224,46 @@ class GraphPlan:
             self.bound = list(bufs)
             self.bound_ptrs = [b.data.ptr for b in bufs]
             self._movable = [i for i, b in enumerate(bufs) if b.__class__ is OutBuffer]
+        if bufs is not last and bufs != last:
+            # other arguments than the last call's: let go of those first, so that a previous output
+            # passed last time (y = f(y)) does not keep its output set busy while this call picks one
+            self._last_args = self._last_datas = self._read_writers = None
+            self._reads = []
+        last = None
+        self._bind(bufs)
+        for i in self._movable_consts:
+            if self.consts[i].data.ptr != self.const_ptrs[i]:  # a captured value (an output) moved
+                self.const_ptrs = [c.data.ptr for c in self.consts]  # every graph reads it at its old address
+                for o in self.sets:
+                    o.stale = True
+                break
+        o = self._choose_set(stream)
+        if self._movable:  # an argument may be this plan's own output, just moved by _choose_set
+            self._bind(bufs)
+        if o.exec is None or o.stale:
+            self._capture(o)
+        self._last_datas = None  # in step with _last_args, which _launch sets
+        lease = self._launch(o, stream, bufs)
+        self._last_datas = datas
+        return lease
+
+    def _bind(self, bufs: list) -> None:
+        """Bind the arguments: the buffers bound last time read where they are (the common call, a
+        list compare in C, and no bound output moved: only a compiled function's output can move,
+        ``_evacuate``; other memory stays while it is alive); a different buffer, or one moved, is
+        staged (or bound anew above STAGE_LIMIT), and every graph must be captured again."""
         bound = self.bound
         ptrs = self.bound_ptrs
-        # the common call: the buffers bound last time (a list compare in C), none moved: only a
-        # compiled function's output can move (``_evacuate``); other memory stays while it is alive
         same = bufs is self._last_args or bufs == bound
         if same:
             for i in self._movable:
                 if bufs[i].data.ptr != ptrs[i]:
                     same = False
                     break
-        for i, b in enumerate(() if same else bufs):
+        if same:
+            return
+        for i, b in enumerate(bufs):
             old = bound[i]
-            # a different buffer, or the same one moved (a kept output of another compiled function)
             if old is not None and (b is not old or b.data.ptr != ptrs[i]):
                 if self.arg_nbytes[i] <= STAGE_LIMIT:
                     self.staged[i] = self.backend.allocate_region(self.device, self.arg_nbytes[i], "compile input")
@@ -243,18 +276,6 @@ class GraphPlan:
                         self._movable.append(i)
                 for o in self.sets:
                     o.stale = True
-        for i in self._movable_consts:
-            if self.consts[i].data.ptr != self.const_ptrs[i]:  # a captured value (an output) moved
-                self.const_ptrs = [c.data.ptr for c in self.consts]  # every graph reads it at its old address
-                for o in self.sets:
-                    o.stale = True
-                break
-        o = self._choose_set(stream)
-        if o.exec is None or o.stale:
-            self._capture(o)
-        lease = self._launch(o, stream, bufs)
-        self._last_datas = datas  # after the launch: _last_args are these values' buffers now
-        return lease
 
     # -- output sets -----------------------------------------------------------------------------
     def _choose_set(self, stream) -> _OutSet:
@@ -263,7 +284,7 @@ class GraphPlan:
         launched set, after moving its outputs that are still alive."""
         sets = self.sets
         for o in sets:
-            if o.lease is None or o.lease() is None:
+            if not o.busy:
                 return o
         if len(sets) < OUTPUT_SETS:
             o = _OutSet(self)
@@ -276,10 +297,16 @@ class GraphPlan:
     def _evacuate(self, o: _OutSet, stream) -> None:
         """Move the outputs of set ``o``'s last call, still alive, to memory of their own: the whole
         region in one copy (one allocation, one driver call; the values are a call's outputs, usually
-        all kept or all dropped). An exported output cannot move: the region is left to the outputs."""
+        all kept or all dropped). An exported output cannot move: the region is left to the outputs,
+        as it is when the move cannot run."""
         lease = o.lease() if o.lease is not None else None
         o.lease = None
+        o.busy = 0
         if lease is None:
+            # The values died, but their lease's finaliser has not queued their readers yet (the
+            # cyclic GC clears weak references before it runs finalisers, maybe on another thread):
+            # their readers are unknown, so wait for the device to be idle (rare).
+            self.ctx.synchronize()
             return
         mats = [b for b in (r() for r in lease.mats) if b is not None]
         if any(b.exported for b in mats):
@@ -288,31 +315,37 @@ class GraphPlan:
         region = o.region
         # readers of the old place (and the writer of a value written there in place since): the
         # region's next write waits for them
-        o.dead.append(list(lease.readers.values()) + lease.points_apart(mats))
+        o.dead.append(lease.points() + lease.points_apart(mats))
         mem = self.ctx.memory
         n = self.out_bytes
         h = DeviceArray(self.ctx, (max(n, 1),), _u8())
         block = Buffer(self.device, h.nbytes, h, mem.release)
         cpu_readers = [p for b in mats for p in b.readers.values() if not isinstance(p.lane, CudaLane)]
+        old_base = lease.base
 
         def move(lane, h=h, region=region, lease=lease, mats=mats, n=n):
+            # h.ptr: the block's memory, allocated on this lane as the command's write
             for p in cpu_readers:  # a CPU worker reads h.ptr when it runs: let it finish first
                 p.lane.host_wait(p.seq)
-            h.ptr = mem.raw_alloc(h.nbytes, lane.stream, "compiled outputs (moved)")
             if n:
                 check(cu.cuMemcpyDtoDAsync(h.ptr, region.data.ptr, n, lane.stream), "cuMemcpyDtoDAsync (outputs)")
-            base = lease.base = h.ptr
-            for b in mats:
-                b.data.ptr = base + b.data.ptr - lease.old_base
-                b.data.owner = block
 
-        lease.old_base = lease.base
+        # reads the made buffers too (those without an error: one would stop the move): one written
+        # in place since is copied after that write
+        point = stream.encoder.encode("compiled output move", move, [region, *[b for b in mats if b.error is None]],
+                                      [block], lane=stream.lanes[0])
+        if block.error is not None or not h.ptr:
+            # The move did not run (out of memory, a failed read): the values stay where they are
+            # and keep the region; the set takes a new one.
+            o.new_region()
+            return
         self.evacuated += len(self.out_specs)
-        # reads the made buffers too: one written in place since is copied after that write
-        point = stream.encoder.encode("compiled output move", move, [region, *mats], [block], lane=stream.lanes[0])
+        base = lease.base = h.ptr
         # later readers of the moved values are readers of the block: its free waits for them
-        lease.block, lease.point, lease.readers = block, point, block.readers
+        lease.block, lease.point, lease.readers, lease.apart = block, point, block.readers, []
         for b in mats:
+            b.data.ptr = base + b.data.ptr - old_base
+            b.data.owner = block
             b.writer, b.readers = point, block.readers
 
     def _launch(self, o: _OutSet, stream, bufs: list) -> _Lease:
@@ -366,8 +399,9 @@ class GraphPlan:
         lease = _Lease.__new__(_Lease)
         lease.set, lease.region, lease.base, lease.point = o.ref, region, base, point
         lease.error, lease.checks, lease.readers, lease.mats, lease.block = region.error, region.checks, {}, [], None
-        lease.specs, lease.ctx, lease.device = self.spec_index, ctx, self.device
+        lease.specs, lease.ctx, lease.device, lease.apart, lease.seq = self.spec_index, ctx, self.device, [], o.launched
         o.lease = weakref.ref(lease)
+        o.busy = o.launched  # until the lease's finaliser has queued its readers
         return lease
 
     # -- capture ---------------------------------------------------------------------------------
@@ -539,6 +573,7 @@ class _OutSet:
         self.launched = 0
         self.lane = None  # the lane its launches go to
         self.lease = None  # weakref to the last call's _Lease
+        self.busy = 0      # the launch number of the call whose values may be alive (0: free)
         self.dead: collections.deque = collections.deque()
         self.region: Buffer = None  # type: ignore[assignment]
         self.new_region()
@@ -549,6 +584,7 @@ class _OutSet:
             self.drain()  # the old region's free waits for readers of outputs dropped so far
         self.region = self.backend.allocate_region(self.device, self.nbytes, "compiled outputs")
         self.lease = None
+        self.busy = 0
         self.dead = collections.deque()
         self.stale = True
 
@@ -569,29 +605,44 @@ class _OutSet:
 class _Lease:
     """The values of one compiled call (shared by them, ``LazyData.lease``): where they live
     (``base``: the output region, or the block they moved to), their writer and error, and ``readers``
-    (lane -> latest point), one dict for all their buffers, as if they were one buffer. When the lease
-    dies (every value and buffer of the call did), the readers are handed to the memory's next writer:
-    the set's next launch, or the region's free when the plan gave the region away. Two Python
-    objects per value (Array, LazyData) instead of four, and no finaliser per value."""
+    (lane -> latest point), one dict for all their buffers, as if they were one buffer; ``apart``
+    collects the points of made buffers that left that shared state (written in place), appended by
+    any thread. When the lease dies (every value and buffer of the call did), its points are handed
+    to the memory's next writer: the set's next launch, or the region's free when the plan gave the
+    region away. Two Python objects per value (Array, LazyData) instead of four, and no finaliser
+    per value."""
 
-    __slots__ = ("set", "region", "base", "old_base", "point", "error", "checks", "readers", "mats", "block", "specs",
-                 "ctx", "device", "__weakref__")
+    __slots__ = ("set", "region", "base", "point", "error", "checks", "readers", "mats", "block", "specs",
+                 "ctx", "device", "apart", "seq", "__weakref__")
 
     def materialize(self, d) -> OutBuffer:
-        """The buffer of value ``d`` (first use: an op reads it, a host read, an export)."""
-        _, shape, dtype, n, size, offset = d.spec
-        h = OutArray.__new__(OutArray)
-        h.ctx, h.shape, h.dtype, h.host, h.size, h.nbytes = self.ctx, shape, dtype, None, size, n
-        h.ptr, h.owner = self.base + offset, self.block if self.block is not None else self.region
-        b = OutBuffer.__new__(OutBuffer)
-        b.device, b.nbytes, b.data, b.writer, b.readers = self.device, n, h, self.point, self.readers
-        b.error, b.exported, b.release, b.checks, b.lease = self.error, False, _out_released, self.checks, self
-        self.mats.append(weakref.ref(b))
-        return b
+        """The buffer of value ``d`` (first use: an op reads it, a host read, an export). Under the
+        scheduler lock, which a move of the values (``GraphPlan._evacuate``) holds too: a buffer is
+        made either before a move (and moved with it) or after (at the new place), and once."""
+        with LOCK:
+            try:
+                b = _buffer_slot.__get__(d)
+            except AttributeError:
+                b = None
+            if b is not None:
+                return b
+            _, shape, dtype, n, size, offset = d.spec
+            h = OutArray.__new__(OutArray)
+            h.ctx, h.shape, h.dtype, h.host, h.size, h.nbytes = self.ctx, shape, dtype, None, size, n
+            h.ptr, h.owner = self.base + offset, self.block if self.block is not None else self.region
+            b = OutBuffer.__new__(OutBuffer)
+            b.device, b.nbytes, b.data, b.writer, b.readers = self.device, n, h, self.point, self.readers
+            b.error, b.exported, b.release, b.checks, b.lease = self.error, False, _out_released, self.checks, self
+            self.mats.append(weakref.ref(b))
+            _buffer_slot.__set__(d, b)
+            return b
+
+    def points(self) -> list:
+        """The points the memory's next writer must wait for (the shared readers, and those apart)."""
+        return [*self.readers.values(), *self.apart]
 
     def points_apart(self, mats: list) -> list:
-        """Writer and reader points of made buffers that left the shared state (one written in place
-        after the call: ``x[i] = v`` reusing a dropped value's buffer)."""
+        """Writer and reader points of made buffers, alive, that left the shared state."""
         pts = []
         for b in mats:
             if b.readers is not self.readers or b.writer is not self.point:
@@ -600,26 +651,32 @@ class _Lease:
 
     def __del__(self) -> None:
         # Any thread, maybe inside GC: only queue points (a moved call's block waits for them itself:
-        # its readers are the block's).
+        # its readers are the block's; points apart since the move are appended to the block's).
         try:
-            if self.block is not None or not self.readers:
-                return
-            pts = list(self.readers.values())
             o = self.set()
+            if self.block is not None:
+                if self.apart:
+                    _add_readers(self.block.readers, self.apart)
+                return
+            pts = self.points()
             if o is not None and o.region is self.region:
-                o.dead.append(pts)
-            else:  # a region given away (exported outputs), or a dropped plan's
+                if pts:
+                    o.dead.append(pts)
+                if o.busy == self.seq:
+                    o.busy = 0  # after queueing: a set seen free has its readers queued
+            elif pts:  # a region given away (exported outputs), or a dropped plan's
                 _add_readers(self.region.readers, pts)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
 
 def _out_released(b: OutBuffer) -> None:
-    """A made buffer died (any thread): if it left the call's shared state (written in place), its
-    points join the lease's readers, which the memory's next writer waits for."""
+    """A made buffer died (any thread, maybe inside GC): if it left the call's shared state (written
+    in place), its points are set apart on the lease (an append: the shared readers dict may be
+    written by the encoder on another thread meanwhile), for the memory's next writer."""
     lease = b.lease
     if b.readers is not lease.readers or b.writer is not lease.point:
-        _add_readers(lease.readers, lease.points_apart([b]))
+        lease.apart.extend(lease.points_apart([b]))
 
 
 def _add_readers(readers: dict, points) -> None:
