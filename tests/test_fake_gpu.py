@@ -217,9 +217,12 @@ _LAZY_SCRIPT = r'''
 import gc, sys
 sys.path.insert(0, sys.argv[1])
 import fake_cuda
-allocs, frees = {}, []
+allocs, frees, oom = {}, [], [0]
 _alloc = fake_cuda.FAKES["cuMemAllocFromPoolAsync"]
 def alloc(n, pool, st):
+    if oom[0] and n >= oom[0]:
+        from cuda.bindings import driver as cu
+        return (cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0)
     r = _alloc(n, pool, st)
     allocs[int(r[1])] = n
     return r
@@ -313,22 +316,42 @@ with lf.stream(s):
         y = k(y)
     assert k.stats()[0]["evacuated"] == 0, k.stats()
 
-    # values dying in a reference cycle: their set stays busy until the lease's finaliser queued the
-    # readers (the collector clears weak references first)
+    # values dying in a reference cycle: their set stays busy until the readers are queued (the
+    # collector clears weak references first, and may finalise the lease before a made buffer): here
+    # one value written in place, then read on the other lane, so its points are its own
     seen = []
     class Holder:
         def __del__(self):  # stands for another thread running while the collector finalises
-            seen.append((self.o.busy == 0, len(self.o.dead)))
+            seen.append(self.o.busy == 0)
+    for _ in range(2):
+        lf.eval(f(x, w))
     hh = Holder()
-    hh.ys = h(x)
+    hh.ys = f(x, w)
+    hh.o = hh.ys[1]._data.lease.set()
+    hh.ys[1][:2] = 5.0
+    lf.eval(hh.ys[1])
+    with lf.stream(lf.new_stream(lf.gpu, lanes=1)):
+        lf.async_eval(hh.ys[1] * 3.0)   # a reader on another stream's lane
+    bw = hh.ys[1]._data.buffer
+    readers = [bw.writer, *bw.readers.values()]     # the in-place write and the other lane's read
+    assert bw.readers is not bw.lease.readers and len(readers) == 2, readers
+    del bw
     hh.me = hh
-    hh.o = hh.ys._data.lease.set()
-    lf.async_eval(hh.ys + 1.0)
     o = hh.o
     del hh
     gc.collect()
-    assert seen and not seen[0][0], seen
-    assert o.busy == 0 and o.dead, (o.busy, o.dead)
+    assert seen and not seen[0], seen
+    queued = [p for pts in o.dead for p in pts]
+    assert o.busy == 0 and all(p in queued for p in readers), (o.busy, readers, list(o.dead))
+
+    # no memory to move kept values: this call runs as commands, the graph stays
+    a1, a2 = h(x), h(x)
+    oom[0] = 64
+    a3 = h(x)
+    oom[0] = 0
+    (hst,) = h.stats()
+    assert hst["mode"] == "cuda graph" and h._plans[next(iter(h._plans))].unit, hst
+    del a1, a2, a3
 
     # a value whose in-place write failed does not stop the move of its call's other values
     f2 = lf.compile(lambda x: [x * 2.0, x * 3.0])
@@ -355,10 +378,12 @@ with lf.stream(s):
         xx = lf.array(np.ones((8,), np.float32))
         g2(xx)
         y2 = g2(xx)
-        g2(y2)
-        g2(y2)
+        k2 = g2(xx)                           # both output sets busy
+        z2 = g2(y2)                           # y2's set moves in this very call
         unit = next(iter(g2._plans.values())).unit
+        assert g2.stats()[0]["evacuated"] == 1, g2.stats()
         assert unit.bound_ptrs[0] == y2._data.buffer.data.ptr, (unit.bound_ptrs, y2._data.buffer.data.ptr)
+        del k2, z2
     finally:
         G.STAGE_LIMIT = saved
 print("lazy outputs ok")

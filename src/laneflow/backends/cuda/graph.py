@@ -39,6 +39,7 @@ from cuda.bindings import driver as cu
 
 from ...graph.node import ArrayData
 from ...runtime.buffer import Buffer
+from ...errors import OutOfMemoryError
 from ...runtime.encoder import LOCK
 from .driver import check
 from .lanes import CudaLane
@@ -238,6 +239,8 @@ class GraphPlan:
                     o.stale = True
                 break
         o = self._choose_set(stream)
+        if o is None:
+            return None  # no memory to free an output set: this call runs as commands
         if self._movable:  # an argument may be this plan's own output, just moved by _choose_set
             self._bind(bufs)
         if o.exec is None or o.stale:
@@ -291,35 +294,29 @@ class GraphPlan:
             sets.append(o)
             return o
         o = min(sets, key=lambda o: o.launched)
-        self._evacuate(o, stream)
-        return o
+        return o if self._evacuate(o, stream) else None
 
-    def _evacuate(self, o: _OutSet, stream) -> None:
+    def _evacuate(self, o: _OutSet, stream) -> bool:
         """Move the outputs of set ``o``'s last call, still alive, to memory of their own: the whole
         region in one copy (one allocation, one driver call; the values are a call's outputs, usually
         all kept or all dropped). An exported output cannot move: the region is left to the outputs,
-        as it is when the move cannot run."""
+        as it is when the move cannot run. False when neither is possible (no memory): the set is
+        left as it was, and this call runs as commands."""
         lease = o.lease() if o.lease is not None else None
-        o.lease = None
-        o.busy = 0
         if lease is None:
-            # The values died, but their lease's finaliser has not queued their readers yet (the
-            # cyclic GC clears weak references before it runs finalisers, maybe on another thread):
-            # their readers are unknown, so wait for the device to be idle (rare).
+            # The values died, but their lease has not handed on their readers yet (the cyclic GC
+            # clears weak references before it runs finalisers, maybe on another thread): their
+            # readers are unknown, so wait for the device to be idle (rare).
             self.ctx.synchronize()
-            return
+            o.lease, o.busy = None, 0
+            return True
         mats = [b for b in (r() for r in lease.mats) if b is not None]
         if any(b.exported for b in mats):
-            o.new_region()  # exported memory cannot move: leave the region to it
-            return
+            return _give_region(o)  # exported memory cannot move: leave the region to it
         region = o.region
-        # readers of the old place (and the writer of a value written there in place since): the
-        # region's next write waits for them
-        o.dead.append(lease.points() + lease.points_apart(mats))
-        mem = self.ctx.memory
         n = self.out_bytes
         h = DeviceArray(self.ctx, (max(n, 1),), _u8())
-        block = Buffer(self.device, h.nbytes, h, mem.release)
+        block = Buffer(self.device, h.nbytes, h)  # freed by the lease, after the values' last readers
         cpu_readers = [p for b in mats for p in b.readers.values() if not isinstance(p.lane, CudaLane)]
         old_base = lease.base
 
@@ -337,8 +334,11 @@ class GraphPlan:
         if block.error is not None or not h.ptr:
             # The move did not run (out of memory, a failed read): the values stay where they are
             # and keep the region; the set takes a new one.
-            o.new_region()
-            return
+            return _give_region(o)
+        # readers of the old place (and the writer of a value written there in place since): the
+        # region's next write waits for them
+        o.dead.append(lease.points() + lease.points_apart(mats))
+        o.lease, o.busy = None, 0
         self.evacuated += len(self.out_specs)
         base = lease.base = h.ptr
         # later readers of the moved values are readers of the block: its free waits for them
@@ -347,6 +347,7 @@ class GraphPlan:
             b.data.ptr = base + b.data.ptr - old_base
             b.data.owner = block
             b.writer, b.readers = point, block.readers
+        return True
 
     def _launch(self, o: _OutSet, stream, bufs: list) -> _Lease:
         region = o.region
@@ -400,6 +401,7 @@ class GraphPlan:
         lease.set, lease.region, lease.base, lease.point = o.ref, region, base, point
         lease.error, lease.checks, lease.readers, lease.mats, lease.block = region.error, region.checks, {}, [], None
         lease.specs, lease.ctx, lease.device, lease.apart, lease.seq = self.spec_index, ctx, self.device, [], o.launched
+        lease.deaths, lease.done = [], False
         o.lease = weakref.ref(lease)
         o.busy = o.launched  # until the lease's finaliser has queued its readers
         return lease
@@ -579,10 +581,12 @@ class _OutSet:
         self.new_region()
 
     def new_region(self) -> None:
-        """Fresh memory for this set's outputs (the old region stays with the outputs that hold it)."""
+        """Fresh memory for this set's outputs (the old region stays with the outputs that hold it).
+        Allocates first: when there is no memory for it, nothing has changed."""
+        region = self.backend.allocate_region(self.device, self.nbytes, "compiled outputs")
         if self.region is not None:
             self.drain()  # the old region's free waits for readers of outputs dropped so far
-        self.region = self.backend.allocate_region(self.device, self.nbytes, "compiled outputs")
+        self.region = region
         self.lease = None
         self.busy = 0
         self.dead = collections.deque()
@@ -613,7 +617,7 @@ class _Lease:
     per value."""
 
     __slots__ = ("set", "region", "base", "point", "error", "checks", "readers", "mats", "block", "specs",
-                 "ctx", "device", "apart", "seq", "__weakref__")
+                 "ctx", "device", "apart", "seq", "deaths", "done", "__weakref__")
 
     def materialize(self, d) -> OutBuffer:
         """The buffer of value ``d`` (first use: an op reads it, a host read, an export). Under the
@@ -650,24 +654,49 @@ class _Lease:
         return pts
 
     def __del__(self) -> None:
-        # Any thread, maybe inside GC: only queue points (a moved call's block waits for them itself:
-        # its readers are the block's; points apart since the move are appended to the block's).
+        # Any thread, maybe inside GC. Normally the made buffers (which hold the lease) died first;
+        # in a reference cycle the collector may finalise them after the lease: the last one out
+        # hands the points on (``finish``).
         try:
-            o = self.set()
-            if self.block is not None:
-                if self.apart:
-                    _add_readers(self.block.readers, self.apart)
-                return
-            pts = self.points()
-            if o is not None and o.region is self.region:
-                if pts:
-                    o.dead.append(pts)
-                if o.busy == self.seq:
-                    o.busy = 0  # after queueing: a set seen free has its readers queued
-            elif pts:  # a region given away (exported outputs), or a dropped plan's
-                _add_readers(self.region.readers, pts)
+            self.done = True
+            if len(self.deaths) >= len(self.mats):
+                self.finish()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+    def finish(self) -> None:
+        """Every value and made buffer of the call died: hand their points on, only queueing (any
+        thread, maybe inside GC). The set's next launch waits for them, or the free of the region it
+        gave away, or the free of the block the values moved to."""
+        if self.mats is None:
+            return
+        pts = self.points()
+        self.mats = None  # once
+        block = self.block
+        if block is not None:  # moved values: free their block after its writer and every reader
+            h = block.data
+            if h.ptr:
+                self.ctx.memory.pending.append((h.ptr, block.writer, tuple(pts)))
+                h.ptr = 0
+            return
+        o = self.set()
+        if o is not None and o.region is self.region:
+            if pts:
+                o.dead.append(pts)
+            if o.busy == self.seq:
+                o.busy = 0  # after queueing: a set seen free has its readers queued
+        elif pts:  # a region given away (exported outputs), or a dropped plan's
+            _add_readers(self.region.readers, pts)
+
+
+def _give_region(o: _OutSet) -> bool:
+    """Leave set ``o``'s region to the values that live in it and give the set a new one (one capture
+    more); False when there is no memory for it (nothing changed)."""
+    try:
+        o.new_region()
+    except OutOfMemoryError:
+        return False
+    return True
 
 
 def _out_released(b: OutBuffer) -> None:
@@ -677,6 +706,9 @@ def _out_released(b: OutBuffer) -> None:
     lease = b.lease
     if b.readers is not lease.readers or b.writer is not lease.point:
         lease.apart.extend(lease.points_apart([b]))
+    lease.deaths.append(None)  # a count (an append: finalisers may run on several threads)
+    if lease.done and lease.mats is not None and len(lease.deaths) >= len(lease.mats):
+        lease.finish()  # the lease was finalised first (a reference cycle): this is the last one out
 
 
 def _add_readers(readers: dict, points) -> None:
