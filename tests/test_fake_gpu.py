@@ -344,6 +344,44 @@ with lf.stream(s):
     queued = [p for pts in o.dead for p in pts]
     assert o.busy == 0 and all(p in queued for p in readers), (o.busy, readers, list(o.dead))
 
+    # a dropped plan's values dying in a cycle, read on another stream: the region they live in is
+    # freed after that read (the lease frees it; the region's own finaliser may run first)
+    pf = lf.compile(lambda x: x * 2.0)
+    for _ in range(2):
+        lf.eval(pf(x))
+    yv = pf(x)
+    lf.eval(yv)
+    with lf.stream(lf.new_stream(lf.gpu, lanes=1)):
+        lf.async_eval(yv * 3.0)
+    (rp,) = yv._data.buffer.readers.values()
+    rptr = yv._data.lease.region.data.ptr
+    mem = yv._data.lease.ctx.memory
+    hh = Holder()
+    hh.o, hh.y, hh.me = o, yv, hh
+    del yv, pf
+    gc.collect()
+    del hh
+    gc.collect()
+    assert any(p == rptr and rp in pts for p, _w, pts in mem.pending), (rptr, rp, list(mem.pending))
+
+    # a move that cannot run (an argument with an error: the call's values carry it) frees its block
+    badx = x * 1.0
+    badx[lf.array(np.array([100]))] = 0.0
+    try:
+        lf.eval(badx)
+    except Exception:
+        pass
+    e1 = h(badx)
+    e2 = h(x)
+    before = set(allocs)
+    e3 = h(x)
+    moved = [p for p in allocs if p not in before and allocs[p] == 256]
+    del e1, e2, e3
+    gc.collect()
+    lf.eval(lf.ones(3) + 1.0)
+    lf.eval(lf.ones(3) + 1.0)
+    assert moved and all(p in frees for p in moved[:1]), (moved, frees[-5:])
+
     # no memory to move kept values: this call runs as commands, the graph stays
     a1, a2 = h(x), h(x)
     oom[0] = 64

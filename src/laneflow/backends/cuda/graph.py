@@ -290,7 +290,10 @@ class GraphPlan:
             if not o.busy:
                 return o
         if len(sets) < OUTPUT_SETS:
-            o = _OutSet(self)
+            try:
+                o = _OutSet(self)
+            except OutOfMemoryError:
+                return None  # no memory for a second set now: this call runs as commands
             sets.append(o)
             return o
         o = min(sets, key=lambda o: o.launched)
@@ -311,12 +314,16 @@ class GraphPlan:
             o.lease, o.busy = None, 0
             return True
         mats = [b for b in (r() for r in lease.mats) if b is not None]
+        if len(mats) + len(lease.deaths) < len(lease.mats):
+            # a made buffer is dying in a cycle on another thread (its weak reference cleared, its
+            # finaliser not run yet): its points are unknown, so wait for the device first (rare)
+            self.ctx.synchronize()
         if any(b.exported for b in mats):
-            return _give_region(o)  # exported memory cannot move: leave the region to it
+            return _give_region(o, lease)  # exported memory cannot move: leave the region to it
         region = o.region
         n = self.out_bytes
         h = DeviceArray(self.ctx, (max(n, 1),), _u8())
-        block = Buffer(self.device, h.nbytes, h)  # freed by the lease, after the values' last readers
+        block = Buffer(self.device, h.nbytes, h, self.ctx.memory.release)  # the lease frees it once moved
         cpu_readers = [p for b in mats for p in b.readers.values() if not isinstance(p.lane, CudaLane)]
         old_base = lease.base
 
@@ -334,7 +341,8 @@ class GraphPlan:
         if block.error is not None or not h.ptr:
             # The move did not run (out of memory, a failed read): the values stay where they are
             # and keep the region; the set takes a new one.
-            return _give_region(o)
+            return _give_region(o, lease)
+        block.release = None  # moved: freed by the lease, after the values' last points (``finish``)
         # readers of the old place (and the writer of a value written there in place since): the
         # region's next write waits for them
         o.dead.append(lease.points() + lease.points_apart(mats))
@@ -401,7 +409,7 @@ class GraphPlan:
         lease.set, lease.region, lease.base, lease.point = o.ref, region, base, point
         lease.error, lease.checks, lease.readers, lease.mats, lease.block = region.error, region.checks, {}, [], None
         lease.specs, lease.ctx, lease.device, lease.apart, lease.seq = self.spec_index, ctx, self.device, [], o.launched
-        lease.deaths, lease.done = [], False
+        lease.deaths, lease.done, lease.owned = [], False, False
         o.lease = weakref.ref(lease)
         o.busy = o.launched  # until the lease's finaliser has queued its readers
         return lease
@@ -602,6 +610,9 @@ class _OutSet:
     def __del__(self) -> None:
         try:
             self.drain()  # before the region is released (Memory.release reads its readers)
+            lease = self.lease() if self.lease is not None else None
+            if lease is not None and lease.region is self.region and lease.block is None and not lease.owned:
+                lease.own(self.region)  # values still live in it (a dropped plan): the lease frees it
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -617,7 +628,7 @@ class _Lease:
     per value."""
 
     __slots__ = ("set", "region", "base", "point", "error", "checks", "readers", "mats", "block", "specs",
-                 "ctx", "device", "apart", "seq", "deaths", "done", "__weakref__")
+                 "ctx", "device", "apart", "seq", "deaths", "done", "owned", "__weakref__")
 
     def materialize(self, d) -> OutBuffer:
         """The buffer of value ``d`` (first use: an op reads it, a host read, an export). Under the
@@ -640,6 +651,12 @@ class _Lease:
             self.mats.append(weakref.ref(b))
             _buffer_slot.__set__(d, b)
             return b
+
+    def own(self, region: Buffer) -> None:
+        """Take ``region`` (this call's values live in it and its set has let go of it): freed by
+        ``finish`` with every point, not by the region's own finaliser."""
+        region.release = None
+        self.owned = True
 
     def points(self) -> list:
         """The points the memory's next writer must wait for (the shared readers, and those apart)."""
@@ -679,23 +696,34 @@ class _Lease:
                 self.ctx.memory.pending.append((h.ptr, block.writer, tuple(pts)))
                 h.ptr = 0
             return
+        region = self.region
+        if self.owned:  # a region left to the values (exported, no move, a dropped plan's set)
+            h = region.data
+            if h.ptr:
+                self.ctx.memory.pending.append((h.ptr, region.writer, (*region.readers.values(), *pts)))
+                h.ptr = 0
+            return
         o = self.set()
-        if o is not None and o.region is self.region:
+        if o is not None and o.region is region:
             if pts:
                 o.dead.append(pts)
             if o.busy == self.seq:
                 o.busy = 0  # after queueing: a set seen free has its readers queued
-        elif pts:  # a region given away (exported outputs), or a dropped plan's
-            _add_readers(self.region.readers, pts)
+        elif pts:
+            _add_readers(region.readers, pts)
 
 
-def _give_region(o: _OutSet) -> bool:
-    """Leave set ``o``'s region to the values that live in it and give the set a new one (one capture
-    more); False when there is no memory for it (nothing changed)."""
+def _give_region(o: _OutSet, lease: _Lease) -> bool:
+    """Leave set ``o``'s region to the values of ``lease`` that live in it and give the set a new one
+    (one capture more); False when there is no memory for it (nothing changed). The lease frees the
+    region after its values' last points (``finish``), not the region's own finaliser: in a reference
+    cycle that could run first."""
+    region = o.region
     try:
         o.new_region()
     except OutOfMemoryError:
         return False
+    lease.own(region)
     return True
 
 
