@@ -1,11 +1,13 @@
-"""Compiled CUDA-graph calls checked for races without a GPU: ``tools/race_cuda.py`` runs the CUDA
+"""The CUDA backend checked for races without a GPU: ``tools/race_cuda.py`` runs the CUDA
 backend on the fake driver with a happens-before model of the device (streams as vector clocks,
 events, stream-ordered memory that is never reused, a GPU that finishes work only when the host
 learns it did) and reports any two accesses to the same bytes, one a write, that nothing orders, any
-use after free and any free not ordered after every use. Random programs mix what users do with a
-compiled function's outputs: drop them, keep them (so they move), feed them back, assign into them,
-read them on another stream, export them by DLPack, change arguments (staged or bound in place). A
-check with the output region's reader bookkeeping turned off shows the model catches a missing wait.
+use after free and any free not ordered after every use. The differential fuzzer's programs run
+eagerly over several multi-lane streams; random programs mix what users do with a compiled
+function's outputs: drop them, keep them (so they move), feed them back, assign into them,
+read them on another stream, export them by DLPack, change arguments (staged or bound in place).
+Checks with the cross-lane waits, or the output region's reader bookkeeping, turned off show the
+model catches a missing wait.
 In a subprocess, because the fake driver must never meet a real one."""
 
 from __future__ import annotations
@@ -109,3 +111,49 @@ def test_random_uses_of_compiled_outputs_are_ordered_on_the_modelled_gpu(tmp_pat
 def test_the_model_reports_a_launch_that_does_not_wait_for_readers_of_dropped_outputs(tmp_path):
     found = [_run(tmp_path, seed, broken=True)[0] for seed in range(3)]
     assert any(found), found
+
+
+_EAGER = r'''
+import gc, os, random, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "tests"))
+import race_cuda as R
+R.install()
+import numpy as np
+import laneflow as lf
+import test_fuzz as TF
+if {broken}:
+    from laneflow.backends.cuda.lanes import CudaLane
+    CudaLane._enqueue_wait = lambda self, point: None   # no cross-lane waits at all
+rnd = random.Random({seed})
+done = 0
+for _ in range({programs}):
+    prog = TF.random_program(rnd)
+    with np.errstate(all="ignore"):
+        TF.run_laneflow(prog, lf.gpu, prog["streams"], delays=False)
+    done += 1
+    gc.collect()
+R.finish()
+print("errors", len(R.errors), "programs", done)
+'''
+
+
+def _eager(tmp_path, seed: int, programs: int, broken: bool = False):
+    p = run_under_fake_driver(_EAGER.format(seed=seed, programs=programs, broken=broken), tmp_path, timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    last = p.stdout.strip().splitlines()[-1].split()
+    assert int(last[3]) == programs, p.stdout[-2000:]
+    return int(last[1]), p.stdout
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_differential_fuzzers_programs_are_ordered_on_the_modelled_gpu(tmp_path, seed):
+    """The programs of ``tests/test_fuzz.py`` (several streams of up to 4 lanes, in-place writes,
+    cross-stream uses), eagerly on the CUDA backend: every access ordered in the model."""
+    errors, out = _eager(tmp_path, seed, programs=40)
+    assert errors == 0, out[-4000:]
+
+
+def test_the_model_reports_missing_cross_lane_waits(tmp_path):
+    errors, out = _eager(tmp_path, 0, programs=10, broken=True)
+    assert errors > 0, out[-2000:]

@@ -32,23 +32,25 @@ UNARY_I = ["abs", "negative", "square"]
 BINARY = ["add", "subtract", "multiply", "maximum", "minimum"]
 REDUCE = ["sum", "max", "min"]
 
-step = st.one_of(
-    st.tuples(st.just("unary"), st.integers(0, 5), st.integers(0, 99), st.integers(0, 2)),
-    st.tuples(st.just("binary"), st.integers(0, 4), st.integers(0, 99), st.integers(0, 99), st.integers(0, 2)),
-    st.tuples(st.just("scalar"), st.integers(0, 2), st.integers(0, 99), st.integers(-3, 3), st.integers(0, 2)),
-    st.tuples(st.just("reduce"), st.integers(0, 2), st.integers(0, 99), st.integers(0, 1), st.integers(0, 2)),
-    st.tuples(st.just("matmul"), st.integers(0, 99), st.integers(0, 99), st.integers(0, 2)),
-    st.tuples(st.just("transpose"), st.integers(0, 99), st.integers(0, 2)),
-    st.tuples(st.just("reshape"), st.integers(0, 99), st.integers(0, 2)),
-    st.tuples(st.just("getitem"), st.integers(0, 99), st.integers(0, 6), st.integers(0, 6), st.integers(0, 2)),
-    st.tuples(st.just("setitem"), st.integers(0, 99), st.integers(0, 99), st.integers(0, 6), st.integers(0, 6),
-              st.integers(0, 2)),
-    st.tuples(st.just("rebind"), st.integers(0, 5), st.integers(0, 99), st.integers(0, 2)),
-    st.tuples(st.just("alias"), st.integers(0, 99)),
-    st.tuples(st.just("concat"), st.integers(0, 99), st.integers(0, 99), st.integers(0, 2)),
-    st.tuples(st.just("eval"), st.integers(0, 99), st.integers(0, 99)),
-    st.tuples(st.just("async_eval"), st.integers(0, 99)),
-)
+#: The step grammar: kind -> the ranges of its integer fields (the last picks the stream).
+STEP_KINDS = {
+    "unary": [(0, 5), (0, 99), (0, 2)],
+    "binary": [(0, 4), (0, 99), (0, 99), (0, 2)],
+    "scalar": [(0, 2), (0, 99), (-3, 3), (0, 2)],
+    "reduce": [(0, 2), (0, 99), (0, 1), (0, 2)],
+    "matmul": [(0, 99), (0, 99), (0, 2)],
+    "transpose": [(0, 99), (0, 2)],
+    "reshape": [(0, 99), (0, 2)],
+    "getitem": [(0, 99), (0, 6), (0, 6), (0, 2)],
+    "setitem": [(0, 99), (0, 99), (0, 6), (0, 6), (0, 2)],
+    "rebind": [(0, 5), (0, 99), (0, 2)],
+    "alias": [(0, 99)],
+    "concat": [(0, 99), (0, 99), (0, 2)],
+    "eval": [(0, 99), (0, 99)],
+    "async_eval": [(0, 99)],
+}
+
+step = st.one_of(*[st.tuples(st.just(k), *[st.integers(lo, hi) for lo, hi in r]) for k, r in STEP_KINDS.items()])
 
 program = st.fixed_dictionaries({
     "dtype": st.sampled_from(["float64", "float32", "int32"]),
@@ -58,6 +60,17 @@ program = st.fixed_dictionaries({
     "steps": st.lists(step, min_size=5, max_size=40),
     "seed": st.integers(0, 2**32 - 1),
 })
+
+
+def random_program(rnd) -> dict:
+    """A program from the same grammar as ``program``, drawn from a seeded ``random.Random`` (for
+    runs outside hypothesis: ``tests/test_fake_gpu_races.py``)."""
+    def one():
+        kind = rnd.choice(list(STEP_KINDS))
+        return (kind, *[rnd.randint(lo, hi) for lo, hi in STEP_KINDS[kind]])
+    return {"dtype": rnd.choice(["float64", "float32", "int32"]), "n": rnd.randint(2, 6),
+            "inputs": rnd.randint(1, 3), "streams": [rnd.randint(1, 4) for _ in range(rnd.randint(1, 3))],
+            "steps": [one() for _ in range(rnd.randint(5, 40))], "seed": rnd.randint(0, 2**32 - 1)}
 
 
 class Pool:
