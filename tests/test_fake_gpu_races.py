@@ -157,3 +157,47 @@ def test_the_differential_fuzzers_programs_are_ordered_on_the_modelled_gpu(tmp_p
 def test_the_model_reports_missing_cross_lane_waits(tmp_path):
     errors, out = _eager(tmp_path, 0, programs=10, broken=True)
     assert errors > 0, out[-2000:]
+
+
+_WORKSPACES = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+import race_cuda as R
+R.install()
+import numpy as np
+import laneflow as lf
+from laneflow.graph import grouping
+from laneflow.runtime import handle_pool as hp
+if {broken}:  # every lane handed the first lane's workspace
+    shared = {{}}
+    grow = hp.HandlePool._grow
+    def one_workspace(self, e, lane, old, need):
+        first = shared.setdefault(self.library.name, grow(self, e, lane, old, need))
+        e.workspaces[lane] = first
+        return first
+    hp.HandlePool._grow = one_workspace
+lf.cuda.set_handle_policy("{policy}")
+grouping.set_enabled(False)  # separate matmuls, spread over the lanes
+s = lf.new_stream(lf.gpu, lanes=4)
+rng = np.random.default_rng(0)
+with lf.stream(s):
+    xs = [lf.array(rng.standard_normal((16, 16)).astype(np.float32)) for _ in range(8)]
+    for r in range(20):
+        lf.eval(*[lf.tanh(x @ xs[(k + r) % 8]) for k, x in enumerate(xs)])
+R.finish()
+print("errors", len(R.errors), "handles", lf.cuda.handle_stats()["handles_created"].get("cublasLt", 0))
+'''
+
+
+@pytest.mark.parametrize("policy", ["device", "thread", "stream"])
+def test_lanes_sharing_a_matmul_handle_never_share_a_workspace_on_the_modelled_gpu(tmp_path, policy):
+    """Issue 4's rule, checked in the model: 160 matmuls over 4 lanes, through one cuBLASLt handle per
+    device (or per thread, or per lane); each call writes its workspace on its lane's stream, and no
+    two of those writes are unordered. Handing every lane one workspace is reported."""
+    for broken in (False, True):
+        p = run_under_fake_driver(_WORKSPACES.format(policy=policy, broken=broken), tmp_path, timeout=240)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+        words = p.stdout.strip().splitlines()[-1].split()
+        errors, handles = int(words[1]), int(words[3])
+        assert handles == (4 if policy == "stream" else 1), p.stdout[-500:]
+        assert (errors > 0) == broken, p.stdout[-3000:]

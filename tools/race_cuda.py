@@ -7,7 +7,8 @@ the host learns it did (``cuEventQuery`` succeeds at random, ``RACE_PDONE``). It
 each command reads and writes (its declared buffers), each graph launch (the pointers captured into
 the graph) and the device copies of compiled calls (staging, moving kept outputs), and reports
 accesses to the same bytes, one a write, that are not ordered; use after free; a free not ordered
-after every access; a double free. ``consumer_read`` stands for another library reading memory on
+after every access; a double free. Each library call through a handle pool writes its workspace on
+its lane's stream, so two lanes sharing a workspace show up as a race. ``consumer_read`` stands for another library reading memory on
 its own stream (DLPack).
 
     import race_cuda; race_cuda.install()   # instead of fake_cuda.install(), before using laneflow
@@ -305,6 +306,21 @@ def install():
             _cap_list[0] = None
 
     G.GraphPlan._data, G.GraphPlan._slot_view, G.GraphPlan._capture = _data, _slot_view, _capture
+
+    # a library call (cuBLASLt, cuBLAS, cuSOLVER) writes the workspace it is given, on the lane's stream
+    from laneflow.runtime import handle_pool as hp
+
+    orig_use = hp.HandlePool.use
+
+    def use(self, lane, need=0):
+        e = orig_use(self, lane, need)
+        ws = e.current[1]
+        if ws is not None and isinstance(lane, CudaLane) and not capturing[0]:
+            op = new_op(lane.stream, f"{self.library.name} call")
+            access(op, ws[0], ws[1], "w", f"{self.library.name} workspace")
+        return e
+
+    hp.HandlePool.use = use
 
 
 def finish(label="race check"):
