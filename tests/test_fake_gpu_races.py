@@ -3,7 +3,7 @@ backend on the fake driver with a happens-before model of the device (streams as
 events, stream-ordered memory that is never reused, a GPU that finishes work only when the host
 learns it did) and reports any two accesses to the same bytes, one a write, that nothing orders, any
 use after free and any free not ordered after every use. The differential fuzzer's programs run
-eagerly over several multi-lane streams; random programs mix what users do with a compiled
+eagerly over several multi-lane streams, GPU only and GPU with CPU; random programs mix what users do with a compiled
 function's outputs: drop them, keep them (so they move), feed them back, assign into them,
 read them on another stream, export them by DLPack, change arguments (staged or bound in place).
 Checks with the cross-lane waits, or the output region's reader bookkeeping, turned off show the
@@ -201,3 +201,48 @@ def test_lanes_sharing_a_matmul_handle_never_share_a_workspace_on_the_modelled_g
         errors, handles = int(words[1]), int(words[3])
         assert handles == (4 if policy == "stream" else 1), p.stdout[-500:]
         assert (errors > 0) == broken, p.stdout[-3000:]
+
+
+_MIXED = r'''
+import gc, os, random, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "tests"))
+import race_cuda as R
+R.install()
+import numpy as np
+import laneflow as lf
+import test_fuzz as TF
+from laneflow.backends.cuda.lanes import CudaLane
+if {broken}:
+    CudaLane.host_wait = lambda self, seq, timeout=None: True   # the host never waits for the GPU
+rnd = random.Random({seed})
+done = 0
+for _ in range({programs}):
+    prog = TF.random_program(rnd)
+    streams = [lf.new_stream(lf.gpu if k % 2 == 0 else lf.cpu, lanes=n)
+               for k, n in enumerate(prog["streams"] + [2])]
+    pool = TF.Pool(TF.make_inputs(prog), streams)
+    with np.errstate(all="ignore"):
+        TF.run_steps(pool, prog["steps"], prog["dtype"])
+        lf.eval(*pool.lf)
+        [np.array(a) for a in pool.lf]
+    for s in streams:
+        s.close()
+    done += 1
+    gc.collect()
+R.finish()
+print("errors", len(R.errors), "programs", done)
+'''
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_programs_mixing_cpu_and_gpu_streams_are_ordered_on_the_modelled_gpu(tmp_path, seed):
+    """The fuzzer's programs over GPU and CPU streams alternately: CPU lanes copying GPU values (after
+    a host wait on the GPU), GPU streams waiting for CPU lanes (a pinned word, cuStreamWaitValue64)
+    before writing memory a CPU lane reads. Every access ordered in the model; a host that never
+    waits for the GPU is reported."""
+    for broken in (False, True):
+        p = run_under_fake_driver(_MIXED.format(seed=seed, programs=25, broken=broken), tmp_path, timeout=240)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+        words = p.stdout.strip().splitlines()[-1].split()
+        assert int(words[3]) == 25 and (int(words[1]) > 0) == broken, p.stdout[-3000:]

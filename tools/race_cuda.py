@@ -9,7 +9,11 @@ the graph) and the device copies of compiled calls (staging, moving kept outputs
 accesses to the same bytes, one a write, that are not ordered; use after free; a free not ordered
 after every access; a double free. Each library call through a handle pool writes its workspace on
 its lane's stream, so two lanes sharing a workspace show up as a race. ``consumer_read`` stands for another library reading memory on
-its own stream (DLPack).
+its own stream (DLPack). CPU lanes are modelled too: a CPU lane's command reading device memory
+(a copy to the host) carries the clock "cpu:<lane>" at its sequence number; a GPU stream waiting for a
+CPU lane (``HostSignals.gpu_wait``) and the host learning that a CPU lane passed a point (its fence)
+carry it on. Accesses are recorded in host order, not run order, so a race is two accesses neither of
+which is ordered before the other.
 
     import race_cuda; race_cuda.install()   # instead of fake_cuda.install(), before using laneflow
     ...                                     # run laneflow code
@@ -23,6 +27,7 @@ from __future__ import annotations
 import bisect
 import os
 import random
+import threading
 import traceback
 
 import fake_cuda
@@ -73,9 +78,20 @@ def new_op(s, what):
     return (k, x[0], dict(x[1]), what)
 
 
+_cpu = threading.local()  # the CPU-lane command a worker thread is running: (lane name, seq)
+
+
 def host_op(what):
-    host_n[0] += 1
+    """An access by the host: by the main thread (clock "host"), or by a CPU lane's command (clock
+    "cpu:<lane>" at the command's sequence number, which a GPU stream's wait on that CPU lane
+    carries: ``HostSignals.gpu_wait``)."""
+    cur = getattr(_cpu, "cmd", None)
     vc = dict(host_done)
+    if cur is not None:
+        key = "cpu:" + cur[0]
+        vc[key] = cur[1]
+        return (key, cur[1], vc, what)
+    host_n[0] += 1
     vc["host"] = host_n[0]
     host_done["host"] = host_n[0]
     return ("host", host_n[0], vc, what)
@@ -115,7 +131,10 @@ def access(op, ptr, n, kind, what=""):
         report(f"USE BEFORE ALLOC ORDERED: {kind} {what} at {ptr:#x} by {op[3]}")
     lo, hi = ptr, ptr + n
     for (p_lo, p_hi, pk, pop) in a["acc"]:
-        if p_lo < hi and lo < p_hi and (pk == "w" or kind == "w") and pop is not op and not hb(pop, op):
+        # recorded in host order, not run order (a CPU lane runs later what a stream waits for):
+        # a race when neither access is ordered before the other
+        if (p_lo < hi and lo < p_hi and (pk == "w" or kind == "w") and pop is not op and not hb(pop, op)
+                and not hb(op, pop)):
             report(f"RACE: {kind} {what} [{lo:#x},{hi:#x}) by {op[3]}@{op[0]}#{op[1]} vs earlier {pk} by "
                    f"{pop[3]}@{pop[0]}#{pop[1]}")
             break
@@ -265,7 +284,13 @@ def install():
     orig_run = L.Command.run
 
     def run(self, lane):
-        if isinstance(lane, CudaLane) and not capturing[0]:
+        if not isinstance(lane, CudaLane):  # a CPU lane's worker thread: its host accesses carry the command
+            _cpu.cmd = (lane.name, self.seq)
+            try:
+                return orig_run(self, lane)
+            finally:
+                _cpu.cmd = None
+        if not capturing[0]:
             if self.op in ("compiled graph", "compiled output move"):
                 special[0] += 1
                 try:
@@ -321,6 +346,59 @@ def install():
         return e
 
     hp.HandlePool.use = use
+
+    # a GPU stream waiting for a CPU lane (a word of pinned memory, cuStreamWaitValue64, or a host
+    # wait where stream memory operations are missing): later work on the stream follows that
+    # lane's commands up to the point
+    from laneflow.backends.cuda import hostsync as HS
+
+    orig_gpu_wait = HS.HostSignals.gpu_wait
+
+    def gpu_wait(self, stream, point):
+        if not capturing[0]:
+            k, x = st(stream)
+            key = "cpu:" + point.lane.name
+            if x[1].get(key, 0) < point.seq:
+                x[1][key] = point.seq
+        return orig_gpu_wait(self, stream, point)
+
+    HS.HostSignals.gpu_wait = gpu_wait
+
+    # the host learning that a CPU lane passed a point (a wait on its fence, or reading its value):
+    # what the host does next follows that lane's commands up to there
+    from laneflow.backends.cpu.lanes import ThreadLane
+    from laneflow.runtime.fence import ThreadFence
+
+    names: dict = {}
+    orig_init = ThreadLane.__init__
+
+    def init(self, *a, **k):
+        orig_init(self, *a, **k)
+        names[id(self.fence)] = "cpu:" + self.name
+
+    def learned(fence, v):
+        key = names.get(id(fence))
+        if key is not None and host_done.get(key, 0) < v:
+            host_done[key] = v
+
+    value_prop = ThreadFence.value
+
+    def value(self):
+        v = value_prop.fget(self)
+        learned(self, v)
+        return v
+
+    orig_wait = ThreadFence.wait
+
+    def wait(self, v, timeout=None):
+        ok = orig_wait(self, v, timeout)
+        if ok:
+            learned(self, v)
+        return ok
+
+    ThreadLane.__init__ = init
+    ThreadFence.value = property(value)
+    ThreadFence.wait = wait
 
 
 def finish(label="race check"):
