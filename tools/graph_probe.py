@@ -59,19 +59,9 @@ with lf.stream(s):
         best = min(best, time.perf_counter() - t)
     print(f"{which}: host {host * 1e6:.1f} us/call, wall {wall * 1e6:.1f} us/call (pipelined), one call synced {best * 1e6:.1f} us")
     # device time of the graph alone: its launches back to back between two events
-    from cuda.bindings import driver as cu
+    from probe_compiled_loop import graph_alone_us
 
-    (plan,) = f._plans.values()
-    o = plan.unit.sets[0]
-    st = s.lanes[0].stream
-    e0, e1 = cu.cuEventCreate(0)[1], cu.cuEventCreate(0)[1]
-    s.synchronize()
-    cu.cuEventRecord(e0, st)
-    for _ in range(50):
-        cu.cuGraphLaunch(o.exec, st)
-    cu.cuEventRecord(e1, st)
-    cu.cuEventSynchronize(e1)
-    print(f"{which}: graph alone {cu.cuEventElapsedTime(e0, e1)[1] * 1e3 / 50:.1f} us/launch on the device")
+    print(f"{which}: graph alone {graph_alone_us(f, s):.1f} us/launch on the device")
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(calls):

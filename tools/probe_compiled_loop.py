@@ -20,6 +20,28 @@ if "--torch" in sys.argv:
 import laneflow as lf
 from laneflow.bench.laneflow_impls import laneflow_timer
 
+def graph_alone_us(f, s, launches: int = 50) -> float:
+    """Device microseconds per launch of compiled function ``f``'s graph (its one signature, first
+    output set) on stream ``s``, launched back to back between two events (also used by
+    tools/graph_probe.py)."""
+    from cuda.bindings import driver as cu
+
+    (plan,) = f._plans.values()
+    o = plan.unit.sets[0]
+    st = s.lanes[0].stream
+    e0, e1 = cu.cuEventCreate(0)[1], cu.cuEventCreate(0)[1]
+    s.synchronize()
+    cu.cuEventRecord(e0, st)
+    for _ in range(launches):
+        cu.cuGraphLaunch(o.exec, st)
+    cu.cuEventRecord(e1, st)
+    cu.cuEventSynchronize(e1)
+    us = cu.cuEventElapsedTime(e0, e1)[1] * 1e3 / launches
+    cu.cuEventDestroy(e0)
+    cu.cuEventDestroy(e1)
+    return us
+
+
 CASES = [(32, 16, 4096, 1024, "bfloat16"), (16, 64, 1024, 1024, "bfloat16"), (64, 256, 256, 256, "float32")]
 
 
@@ -58,18 +80,7 @@ def case(E, M, K, N, dname, runs=400):
         for _ in range(50):
             keep[0] = run()
         best = min(best, timer.stop() / 50)
-    from cuda.bindings import driver as cu
-    (plan,) = f._plans.values()
-    o = plan.unit.sets[0]
-    st = s.lanes[0].stream
-    e0, e1 = cu.cuEventCreate(0)[1], cu.cuEventCreate(0)[1]
-    s.synchronize()
-    cu.cuEventRecord(e0, st)
-    for _ in range(50):
-        cu.cuGraphLaunch(o.exec, st)
-    cu.cuEventRecord(e1, st)
-    cu.cuEventSynchronize(e1)
-    alone = cu.cuEventElapsedTime(e0, e1)[1] * 1e3 / 50
+    alone = graph_alone_us(f, s)
     h = np.array(host) * 1e6
     print(f"{E} x ({M}x{K} @ {K}x{N}) {dname}: host per run median {np.median(h):.1f} us (p90 {np.percentile(h, 90):.1f}), "
           f"events per run {best * 1e6:.1f} us, graph alone {alone:.1f} us")

@@ -90,12 +90,16 @@ class LazyData(ArrayData):
     inputs = ()
     siblings = None
 
+    def made(self):
+        """The buffer if it was made already, else None (never makes it)."""
+        try:
+            return _buffer_slot.__get__(self)
+        except AttributeError:  # not filled at creation
+            return None
+
     @property
     def buffer(self):
-        try:
-            b = _buffer_slot.__get__(self)
-        except AttributeError:  # not filled at creation: first use
-            b = None
+        b = self.made()
         if b is None:
             b = self.lease.materialize(self)  # fills the slot, once, under the scheduler lock
         return b

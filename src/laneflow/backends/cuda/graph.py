@@ -37,7 +37,6 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from ...graph.node import ArrayData
 from ...runtime.buffer import Buffer
 from ...errors import OutOfMemoryError
 from ...runtime.encoder import LOCK
@@ -58,9 +57,6 @@ STAGE_LIMIT = 64 << 20
 _ALIGN = 256
 _NO_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
 _RELAXED = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-
-
-_buffer_slot = ArrayData.buffer  # the slot under LazyData's ``buffer`` property
 
 
 class CaptureUnsupported(Exception):
@@ -635,10 +631,7 @@ class _Lease:
         scheduler lock, which a move of the values (``GraphPlan._evacuate``) holds too: a buffer is
         made either before a move (and moved with it) or after (at the new place), and once."""
         with LOCK:
-            try:
-                b = _buffer_slot.__get__(d)
-            except AttributeError:
-                b = None
+            b = d.made()
             if b is not None:
                 return b
             _, shape, dtype, n, size, offset = d.spec
@@ -649,7 +642,7 @@ class _Lease:
             b.device, b.nbytes, b.data, b.writer, b.readers = self.device, n, h, self.point, self.readers
             b.error, b.exported, b.release, b.checks, b.lease = self.error, False, _out_released, self.checks, self
             self.mats.append(weakref.ref(b))
-            _buffer_slot.__set__(d, b)
+            d.buffer = b
             return b
 
     def own(self, region: Buffer) -> None:

@@ -333,29 +333,45 @@ def _to_f32(v) -> float:
 _plans: dict = {}
 
 
-class _Plan:
-    """How one elementwise signature launches: the grid-stride kernel (any strides) and, when the
-    operands allow (:func:`vector_kinds`), the vector kernel, used for launches whose pointers are
-    aligned. Each kernel is compiled on its first launch."""
+class KernelPair:
+    """The kernels of one signature: the grid-stride kernel (any strides) and, where the operands allow
+    (:func:`vector_kinds`), the vector kernel, which a launch takes when every pointer it loads or
+    stores as a vector (``out`` and ``ins[k]`` for ``k`` in ``vptrs``) is aligned. Each is compiled on
+    its first launch. Shared by single ops (:class:`_Plan`) and fused groups (``fused._FusedPlan``)."""
 
-    __slots__ = ("steps", "spec", "build", "kern", "grid", "tail", "vspec", "vbuild", "vkern", "vgrid", "vtail",
-                 "vptrs")
+    __slots__ = ("spec", "build", "kern", "vspec", "vbuild", "vkern", "vptrs")
+
+    def vector(self, ctx, out, ins):
+        """The vector kernel, when this launch can take it; else None."""
+        if self.vspec is None or out.ptr & (VEC_ALIGN - 1):
+            return None
+        for k in self.vptrs:
+            if ins[k].ptr & (VEC_ALIGN - 1):
+                return None
+        kern = self.vkern
+        if kern is None:
+            kern = self.vkern = ctx.modules.get(self.vspec, self.vbuild)
+        return kern
+
+    def general(self, ctx):
+        """The grid-stride kernel."""
+        kern = self.kern
+        if kern is None:
+            kern = self.kern = ctx.modules.get(self.spec, self.build)
+        return kern
+
+
+class _Plan(KernelPair):
+    """How one elementwise signature launches: its kernels, and each one's grid and tail arguments."""
+
+    __slots__ = ("steps", "grid", "tail", "vgrid", "vtail")
 
     def kernel(self, ctx, out, ins):
         """(kernel, grid, tail arguments) for this launch."""
-        if self.vspec is not None and not out.ptr & (VEC_ALIGN - 1):
-            for o in self.vptrs:
-                if ins[o].ptr & (VEC_ALIGN - 1):
-                    break
-            else:
-                k = self.vkern
-                if k is None:
-                    k = self.vkern = ctx.modules.get(self.vspec, self.vbuild)
-                return k, self.vgrid, self.vtail
-        k = self.kern
-        if k is None:
-            k = self.kern = ctx.modules.get(self.spec, self.build)
-        return k, self.grid, self.tail
+        k = self.vector(ctx, out, ins)
+        if k is not None:
+            return k, self.vgrid, self.vtail
+        return self.general(ctx), self.grid, self.tail
 
 
 def run(lane, fn: str, operands: tuple, ins: list, out) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import cdefs as C
 from ..memory import ViewArray
-from .elementwise import (_COMPARE, VEC, VEC_ALIGN, _converter, _py_type, _result_dtype, _widen_for_big_scalars,
+from .elementwise import (_COMPARE, VEC, KernelPair, _converter, _py_type, _result_dtype, _widen_for_big_scalars,
                           expr, grid_loop, int_class, loop_dtypes, offsets_code, operand_ref, run, tail_params,
                           vector_grid, vector_kinds, vector_loop)
 from . import elementwise as _ew
@@ -105,27 +105,19 @@ def _geometry(ins, out) -> tuple | None:
             cshape[-1] if cshape else None)
 
 
-class _FusedPlan:
-    """A fused group's kernels (the grid-stride one, and the vector one where :func:`_geometry` allows;
-    each compiled on its first launch), scalar converters and tail arguments."""
+class _FusedPlan(KernelPair):
+    """A fused group's kernels (the vector one where :func:`_geometry` allows), scalar converters and
+    tail arguments."""
 
-    __slots__ = ("spec", "build", "kern", "convs", "tail", "vspec", "vbuild", "vkern", "vcols", "vptrs")
+    __slots__ = ("convs", "tail", "vcols")
 
     def kernel(self, ctx, out, ins, n: int):
-        """(kernel, grid, tail arguments before ``n``) for this launch."""
-        if self.vspec is not None and not n % VEC and not out.ptr & (VEC_ALIGN - 1):
-            for k in self.vptrs:
-                if ins[k].ptr & (VEC_ALIGN - 1):
-                    break
-            else:
-                kern = self.vkern
-                if kern is None:
-                    kern = self.vkern = ctx.modules.get(self.vspec, self.vbuild)
-                return kern, vector_grid(ctx, n), self.vcols
-        kern = self.kern
-        if kern is None:
-            kern = self.kern = ctx.modules.get(self.spec, self.build)
-        return kern, grid_1d(ctx, (n + 3) // 4), self.tail  # per launch: the plan serves every size
+        """(kernel, grid, tail arguments before ``n``) for this launch (the grid per launch: a plan
+        without shapes in its key serves every size, so the element count is checked here too)."""
+        kern = self.vector(ctx, out, ins) if not n % VEC else None
+        if kern is not None:
+            return kern, vector_grid(ctx, n), self.vcols
+        return self.general(ctx), grid_1d(ctx, (n + 3) // 4), self.tail
 
 
 def fused(lane, prim, ins, outs) -> None:
