@@ -100,6 +100,51 @@ def test_a_larger_need_replaces_the_lanes_workspace_in_its_stream_order_and_is_c
     s.close()
 
 
+class ExclusiveLibrary(GrowingLibrary):
+    """Like cuSOLVER: calls of one handle must not overlap, so a handle moving lanes is handed over."""
+
+    exclusive = True
+
+    def hand_over(self, order, prev, lane):
+        order = order if order is not None else {"id": len([e for e in self.log if e[0] == "order"]) + 1}
+        self.log.append(("hand_over", prev.name if prev is not None else None, lane.name if lane else None))
+        return order
+
+    def end_order(self, order):
+        self.log.append(("end_order", order["id"]))
+
+
+@pytest.mark.parametrize("policy", ["device", "stream"])
+def test_an_exclusive_handle_is_handed_over_only_when_it_moves_to_another_lane(policy):
+    """Shared (device policy): each move to another lane makes that lane wait for the previous one, also
+    after the previous lane went away; a handle of its own (stream policy) never waits."""
+    lib = ExclusiveLibrary(f"excl-{policy}")
+    hp.set_handle_policy(policy)
+    pool = hp.HandlePool(lib)
+    s, (l0, l1, l2) = cpu_lanes(3)
+    for lane in (l0, l0, l1, l1, l0, l2):
+        with pool.use(lane):
+            pass
+    moves = [e for e in lib.log if e[0] == "hand_over"]
+    if policy == "device":
+        assert moves == [("hand_over", l0.name, l1.name), ("hand_over", l1.name, l0.name),
+                         ("hand_over", l0.name, l2.name)]
+    else:
+        assert moves == []
+    lib.log.clear()
+    pool.forget_lane(l2, lambda ws: None)   # l2 goes away holding the handle: its queued calls still run
+    with pool.use(l0):
+        pass
+    if policy == "device":
+        assert lib.log == [("hand_over", l2.name, None), ("hand_over", None, l0.name), ("set_stream", l0.name)]
+    else:
+        assert [e for e in lib.log if e[0] == "hand_over"] == []
+    pool.close()
+    ends = [e for e in lib.log if e[0] == "end_order"]
+    assert len(ends) == (1 if policy == "device" else 0)
+    s.close()
+
+
 def test_set_stream_counts_per_library_and_the_reset():
     lib = GrowingLibrary("grow2")
     pool = hp.HandlePool(lib)
@@ -349,6 +394,58 @@ def test_cublas_four_host_threads_sharing_the_device_handle_get_identical_result
     assert not errors, errors[0]
     blas.close()
     s0.close()
+
+
+_SPIN = r"""
+extern "C" __global__ void spin(long long* out, long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) { }
+  out[0] = clock64() - t0;
+}
+"""
+
+
+@gpu
+@pytest.mark.parametrize("policy", ["device", "stream"])
+def test_gpu_a_shared_cusolver_handle_moving_lanes_waits_on_the_device_for_the_previous_lane(policy):
+    """Lane 0 is busy (a kernel spinning ~0.2 s) after it used the cuSOLVER handle. Under the device
+    policy lane 1 takes the same handle over, so its work waits for lane 0 on the GPU (the host does not
+    wait); under the stream policy lane 1 has a handle of its own and runs at once."""
+    import time
+
+    from cuda.bindings import driver as cu
+    from nvmath.bindings import cusolverDn
+
+    from laneflow.backends.cuda.handles import CusolverDnLibrary
+
+    lf.cuda.set_handle_policy(policy)
+    s = lf.new_stream(lf.gpu, lanes=2)
+    l0, l1 = s.lanes
+    ctx = l0.ctx
+    pool = hp.HandlePool(CusolverDnLibrary(ctx, cusolverDn))
+    spin = ctx.modules.source(_SPIN, "spin", "pq")
+    out = ctx.memory.raw_alloc(8, l0.stream, "test")
+    ev = cu.cuEventCreate(2)[1]  # CU_EVENT_DISABLE_TIMING
+    try:
+        with pool.use(l0):
+            pass
+        spin.launch(l0.stream, (1, 1, 1), (1, 1, 1), (out, 400_000_000))   # ~0.2 s at 2 GHz
+        t = time.perf_counter()
+        with pool.use(l1):
+            pass
+        assert time.perf_counter() - t < 0.05, "the host waited"
+        cu.cuEventRecord(ev, l1.stream)
+        ready = False
+        while time.perf_counter() - t < 0.08 and not ready:
+            ready = cu.cuEventQuery(ev)[0] == cu.CUresult.CUDA_SUCCESS
+        assert ready == (policy == "stream"), f"lane 1 ready after {time.perf_counter() - t:.3f} s"
+        assert pool.handles() == (1 if policy == "device" else 2)
+    finally:
+        ctx.synchronize()
+        cu.cuEventDestroy(ev)
+        ctx.memory.raw_free(out, l0.stream)
+        pool.close(free_workspaces=True)
+        s.close()
 
 
 @gpu

@@ -6,7 +6,12 @@ memory by the number of streams. The policies:
 
 - ``device`` (default): one handle per device. Before a use, the handle is bound to the caller's lane
   and that lane's workspace only when they differ from what is bound, under a lock held only while
-  the call is enqueued. Two lanes never share a workspace, so they never race on one.
+  the call is enqueued. Two lanes never share a workspace, so they never race on one. A library whose
+  handle has device-side state of its own that no per-lane workspace covers (cuSOLVER: its internal
+  cuBLAS handle; one cuSOLVER handle run on two streams at once gives run-to-run different results)
+  declares ``exclusive``: when its handle moves to another lane, the pool has the new lane wait, on the
+  device, for the work the previous lane has queued (:meth:`HandleLibrary.hand_over`), so the calls of
+  one handle never overlap and the host never waits.
 - ``thread``: one handle per device per host thread (PyTorch's design).
 - ``stream``: one handle per lane (JAX's design).
 
@@ -78,14 +83,20 @@ class HandleLibrary(Protocol):
     """What a backend implements for one library.
 
     Optional: ``free_workspace(lane, workspace)`` (needed when a caller asks for a larger workspace
-    with ``use(lane, need=...)``, and by :meth:`HandlePool.close`), and ``handle_bytes_how``
-    ("measured" or "estimate", shown by :func:`handle_stats`).
+    with ``use(lane, need=...)``, and by :meth:`HandlePool.close`), ``handle_bytes_how``
+    ("measured" or "estimate", shown by :func:`handle_stats`), and for an ``exclusive`` library
+    ``hand_over(order, previous_lane, lane) -> order`` and ``end_order(order)``: ``order`` is the
+    library's own per-handle state (None at first); ``hand_over`` makes ``lane`` wait on the device
+    for what ``previous_lane`` has queued (either may be None: a lane going away records, the next
+    lane waits).
     """
 
     name: str
     #: True when the library keeps a stream inside the handle (cuBLAS, cuSOLVER); False when the
     #: stream is passed per call (cuBLASLt), so no set-stream is ever needed.
     binds_stream: bool
+    #: True when calls of one handle must not overlap on the device, whatever their workspaces.
+    exclusive: bool = False
 
     def create(self, device: Any) -> Any: ...
 
@@ -155,8 +166,8 @@ class _Entry:
     """One handle. Also the context manager :meth:`HandlePool.use` returns (a class, not a generator:
     it keeps the pool's host cost per call to a lock and a few attribute reads)."""
 
-    __slots__ = ("counters", "current", "handle", "lane", "lock", "nbytes", "ready", "ready_size", "sizes",
-                 "workspace", "workspaces")
+    __slots__ = ("counters", "current", "handle", "lane", "lock", "nbytes", "order", "ready", "ready_size",
+                 "sizes", "workspace", "workspaces")
 
     def __init__(self, handle: Any, nbytes: int, counters: list):
         self.handle = handle
@@ -170,6 +181,7 @@ class _Entry:
         self.counters = counters
         self.ready = None          # the lane the handle is fully bound to (stream and workspace)
         self.ready_size = 0        # bytes of that lane's workspace
+        self.order = None          # an exclusive library's hand-over state (its event)
 
     def __enter__(self) -> tuple[Any, Any]:
         return self.current
@@ -187,6 +199,7 @@ class HandlePool:
         self._lock = threading.Lock()
         self._counters = STATS.counters(library.name, library.binds_stream)
         self._fast: dict = {}  # lane -> entry, for the device and stream policies (cleared on a policy change)
+        self._exclusive = bool(getattr(library, "exclusive", False))
         with _pools_lock:
             _pools.add(self)
 
@@ -226,6 +239,9 @@ class HandlePool:
         bytes; a smaller one is replaced, in the lane's stream order) and stays locked until the
         ``with`` block ends, so no other thread rebinds it while the call is enqueued. When the
         handle is already bound to this lane, a use costs a dict lookup and the lock.
+
+        Hot paths may skip the ``with`` protocol (two Python-level calls): ``e = pool.use(lane)``,
+        then ``handle, workspace = e.current`` and ``e.lock.release()`` in a ``finally``.
         """
         e = self._fast.get(lane)
         if e is None:
@@ -249,6 +265,8 @@ class HandlePool:
             ws = self._grow(e, lane, ws, need)
         if lib.binds_stream:
             if e.lane is not lane:
+                if self._exclusive and (e.lane is not None or e.order is not None):
+                    e.order = lib.hand_over(e.order, e.lane, lane)
                 lib.set_stream(e.handle, lane)
                 e.counters[0] += 1
                 e.lane = lane
@@ -297,6 +315,7 @@ class HandlePool:
         with self._lock:
             self._fast.pop(lane, None)
             for key, e in list(self._entries.items()):
+                own = key == ("stream", lane.id)  # a handle of this lane alone: destroyed below
                 with e.lock:
                     if e.ready is lane:
                         e.ready = None
@@ -308,9 +327,13 @@ class HandlePool:
                         if e.workspace is ws:
                             e.workspace = None
                     if e.lane is lane:
+                        if self._exclusive and not own:  # its queued calls still run: the next lane waits
+                            e.order = lib.hand_over(e.order, lane, None)
                         e.lane = None
-                if key == ("stream", lane.id):
+                if own:
                     del self._entries[key]
+                    if e.order is not None:
+                        lib.end_order(e.order)
                     lib.destroy(e.handle)
                     STATS.destroyed[lib.name] += 1
                     STATS.handle_bytes[lib.name] -= e.nbytes
@@ -331,6 +354,9 @@ class HandlePool:
                             STATS.workspaces[lib.name] -= 1
                         e.workspaces.clear()
                         e.sizes.clear()
+                    if e.order is not None:
+                        lib.end_order(e.order)
+                        e.order = None
                     lib.destroy(e.handle)
                     STATS.destroyed[lib.name] += 1
                     STATS.handle_bytes[lib.name] -= e.nbytes

@@ -7,7 +7,12 @@
   ``cublasSetStream`` silently resets the handle to its default workspace (which all lanes would share).
 - cuSOLVER dense keeps a stream too (``cusolverDnSetStream``); its workspaces are passed per call,
   sized by the ``*_bufferSize`` queries, so the pool grows a per-lane scratch on demand
-  (``pool.use(lane, need=bytes)``).
+  (``pool.use(lane, need=bytes)``). A cuSOLVER handle also has state no workspace of ours covers
+  (its internal cuBLAS handle): PyTorch's developers found one handle shared by concurrent streams
+  gives run-to-run different results (pytorch/pytorch#187333). So the library is ``exclusive``: when
+  a shared handle moves to another lane, that lane waits on the device (an event recorded on the
+  previous lane) for the previous lane's queued work. A handle's calls then run one after another;
+  under the ``stream`` policy each lane has its own handle and they overlap.
 
 Device bytes per handle are measured with ``cuMemGetInfo`` around the first create of each library in
 the process (what the driver gave the library; other allocations at that moment would blur it) and
@@ -27,6 +32,7 @@ from typing import Any, ClassVar
 from cuda.bindings import driver as cu
 
 from ...runtime.handle_pool import HandlePool
+from .driver import check
 
 MiB = 1 << 20
 #: Workspace per (handle, lane) for cuBLASLt matmuls.
@@ -127,10 +133,39 @@ class CublasLibrary(_Library):
         self.mod.set_workspace(handle, workspace[0], nbytes)
 
 
+class _HandOver:
+    """One handle's ordering across lanes: an event recorded on the lane it leaves."""
+
+    __slots__ = ("event", "pending")
+
+    def __init__(self) -> None:
+        self.event = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value),
+                           "cuEventCreate (handle hand-over)")
+        self.pending = False
+
+
 class CusolverDnLibrary(_Library):
-    """cuSOLVER dense: the stream lives in the handle, the workspace goes with each call."""
+    """cuSOLVER dense: the stream lives in the handle, the workspace goes with each call, and calls of
+    one handle must not overlap (``exclusive``)."""
 
     name = "cusolverDn"
+    exclusive = True
+
+    def hand_over(self, order: _HandOver | None, prev: Any, lane: Any) -> _HandOver:
+        """``lane`` waits, on the device, for the work ``prev`` has queued (either may be None)."""
+        if order is None:
+            self.ctx.ensure_current()
+            order = _HandOver()
+        if prev is not None:  # a lane going away still has its stream here (CudaLane.destroy)
+            check(cu.cuEventRecord(order.event, prev.stream), "cuEventRecord (cuSOLVER hand-over)")
+            order.pending = True
+        if lane is not None and order.pending:
+            check(cu.cuStreamWaitEvent(lane.stream, order.event, 0), "cuStreamWaitEvent (cuSOLVER hand-over)")
+        return order
+
+    def end_order(self, order: _HandOver) -> None:
+        self.ctx.ensure_current()
+        check(cu.cuEventDestroy(order.event), "cuEventDestroy (handle hand-over)")
 
     def set_stream(self, handle: Any, lane: Any) -> None:
         self.mod.set_stream(handle, lane.handle)

@@ -134,9 +134,13 @@ class MatmulLib:
         return pool
 
     def run(self, lane, p: _Plan, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
-        with self.pool.use(lane) as (handle, (ws_ptr, ws_size)):
+        e = self.pool.use(lane)  # held until released below (no with-protocol calls on this hot path)
+        try:
+            handle, (ws_ptr, ws_size) = e.current
             self.lt.matmul(handle, p.desc, p.alpha.ctypes.data, b_ptr, p.a, a_ptr, p.b, p.beta.ctypes.data,
                            c_ptr, p.c, c_ptr, p.c, p.algo_ptr, ws_ptr, ws_size, lane.handle)
+        finally:
+            e.lock.release()
 
 
 def _lib(ctx) -> MatmulLib:

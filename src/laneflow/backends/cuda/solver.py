@@ -1,7 +1,9 @@
 """``lf.linalg`` on the GPU through cuSOLVER dense (nvmath-python's bindings), with the CPU kernel's semantics.
 
 One cuSOLVER handle per device by default (:mod:`laneflow.runtime.handle_pool`), bound to the lane before
-each command; a batch is a loop of calls on that lane. Workspaces come from the ``*_bufferSize`` queries
+each command; a batch is a loop of calls on that lane. A shared handle's calls never overlap on the GPU
+(the pool has a lane that takes the handle over wait, on the device, for the lane that had it:
+``CusolverDnLibrary.hand_over``); under the ``stream`` policy each lane has its own and they overlap. Workspaces come from the ``*_bufferSize`` queries
 (cached per shape) and live in the lane's scratch of the pool (grown on demand, kept while the lane lives;
 a need above :data:`SCRATCH_CACHE_LIMIT` is allocated for the one call instead), so two lanes never
 share one. Copies of the inputs (the solvers overwrite them) come from the stream-ordered pool.
@@ -54,26 +56,6 @@ class SolverLib:
         self.VECTOR, self.NOVECTOR = int(cusolver.EigMode.VECTOR), int(cusolver.EigMode.NOVECTOR)
         self.pool = device_handles(ctx).pool("cusolverDn")
         self._lwork: dict = {}
-        self._last = None    # the lane of the latest cuSOLVER command, while handles are shared
-        self._event = None
-
-    # A cuSOLVER handle holds state of its own that we cannot give each lane (its internal cuBLAS
-    # handle and that handle's workspace), so commands sharing a handle (the device and thread
-    # policies) must not overlap on the GPU: each one waits, on the device, for the previous one when it
-    # ran on another lane. The host never waits; under the stream policy (a handle per lane) nothing is
-    # chained and a batch split over lanes really runs concurrently.
-    def follow(self, lane) -> None:
-        """Before a command on ``lane`` (shared handles only): wait for the previous one on the GPU."""
-        if self._last is not None and self._last is not lane:
-            check(cu.cuStreamWaitEvent(lane.stream, self._event, 0), "cuStreamWaitEvent (cuSOLVER order)")
-
-    def lead(self, lane) -> None:
-        """After a command on ``lane`` (shared handles only): the next one follows this one."""
-        if self._event is None:
-            self._event = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value),
-                                "cuEventCreate (cuSOLVER order)")
-        check(cu.cuEventRecord(self._event, lane.stream), "cuEventRecord (cuSOLVER order)")
-        self._last = lane
 
     def fn(self, dtype, name: str):
         return getattr(self.sv, ("s" if dtype == np.float32 else "d") + name)
@@ -135,12 +117,12 @@ class _Scratch:
         need = sum(self.sizes)
         # While a CUDA graph is captured, scratch must be the graph's (memory.capture), never the pool's.
         cached = need <= SCRATCH_CACHE_LIMIT and getattr(self.call.lane.ctx.memory, "capture", None) is None
-        self.entry = self.lib.pool.use(self.call.lane, need if cached else 0)
-        h, ws = self.entry.__enter__()
+        self.entry = self.lib.pool.use(self.call.lane, need if cached else 0)  # locked until __exit__
+        h, ws = self.entry.current
         try:
             base = ws[0] if cached else self.call.alloc(need)
         except BaseException:
-            self.entry.__exit__(None, None, None)
+            self.entry.lock.release()
             raise
         ptrs = []
         for s in self.sizes:
@@ -149,7 +131,7 @@ class _Scratch:
         return h, ptrs
 
     def __exit__(self, *exc):
-        return self.entry.__exit__(*exc)
+        self.entry.lock.release()
 
 
 def _build_scan():
@@ -441,11 +423,6 @@ def linalg(lane, prim, ins, outs) -> None:
         raise LaneflowError(f"{name}: cuSOLVER commands are ordered across lanes by events and report devInfo "
                             "at the host wait, which a CUDA graph replay cannot do")
     lib = _lib(lane.ctx)
-    from ...runtime.handle_pool import handle_policy
-
-    shared = handle_policy() != "stream"
-    if shared:
-        lib.follow(lane)
     call = _Call(lane)
     try:
         if name == "cholesky":
@@ -464,5 +441,3 @@ def linalg(lane, prim, ins, outs) -> None:
             raise NotImplementedError(f"linalg: {name} on the GPU")
     finally:
         call.free()
-        if shared:
-            lib.lead(lane)
