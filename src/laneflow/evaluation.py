@@ -6,6 +6,7 @@ from typing import Any, Iterator
 
 from .array import Array
 from .graph import schedule as _sched
+from .graph.node import LazyData
 from .runtime.stats import STATS
 
 
@@ -40,6 +41,12 @@ def _arrays(xs: tuple) -> list[Array]:
 def async_eval(*xs: Any) -> None:
     """Start computing ``xs`` and return at once. Errors surface at the next eval or host read."""
     arrays = _arrays(xs)
+    for a in arrays:  # nothing pending (a compiled call's values, values evaluated already): nothing to start
+        d = a._data
+        if d.__class__ is not LazyData and d.buffer is None:
+            break
+    else:
+        return
     with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
         _sched.schedule([a._data for a in arrays])
 
