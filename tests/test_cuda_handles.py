@@ -145,6 +145,43 @@ def test_an_exclusive_handle_is_handed_over_only_when_it_moves_to_another_lane(p
     s.close()
 
 
+def test_handles_per_device_splits_the_lanes_over_that_many_shared_handles(monkeypatch):
+    """Under the device policy with 2 handles per device, lane i uses handle i % 2: two handles for four
+    lanes, each handed over only among its own lanes; back to one handle when the setting is cleared."""
+    lib = ExclusiveLibrary("perdev")
+    pool = hp.HandlePool(lib)
+    s, lanes = cpu_lanes(4)
+    try:
+        hp.set_handles_per_device("perdev", 2)
+        assert pool.per_device == 2 and hp.handles_per_device("perdev") == 2
+        got = {}
+        for lane in lanes + lanes:
+            with pool.use(lane) as (h, _ws):
+                assert got.setdefault(lane.index, h) is h
+        assert got[0] is got[2] and got[1] is got[3] and got[0] is not got[1]
+        assert pool.handles() == 2
+        slot = {ln.name: ln.index % 2 for ln in lanes}
+        moves = [e[1:] for e in lib.log if e[0] == "hand_over"]
+        assert len(moves) == 6 and all(slot[a] == slot[b] for a, b in moves)  # 0<->2 and 1<->3 only
+        hp.set_handles_per_device("perdev", None)
+        monkeypatch.setenv("LANEFLOW_PERDEV_HANDLES", "1")
+        assert hp.handles_per_device("perdev") == 1
+        with pool.use(lanes[3]) as (h, _ws):
+            assert h is not got[1] and pool.handles() == 3  # the one-per-device key: a handle of its own
+    finally:
+        hp.set_handles_per_device("perdev", None)
+        s.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_handles_per_device_rejects_what_is_not_a_count(bad, monkeypatch):
+    with pytest.raises(ValueError, match="count must be"):
+        hp.set_handles_per_device("cusolverDn", bad)
+    monkeypatch.setenv("LANEFLOW_CUSOLVERDN_HANDLES", "two")
+    with pytest.raises(ValueError, match="LANEFLOW_CUSOLVERDN_HANDLES"):
+        hp.handles_per_device("cusolverDn")
+
+
 def test_set_stream_counts_per_library_and_the_reset():
     lib = GrowingLibrary("grow2")
     pool = hp.HandlePool(lib)

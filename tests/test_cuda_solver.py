@@ -181,6 +181,32 @@ def test_gpu_eight_lanes_by_200_solves_sharing_one_handle_equal_one_lane(rng):
 
 
 @gpu
+def test_gpu_two_solver_handles_per_device_give_the_one_lane_results_with_two_handles(rng):
+    """``set_handles_per_device("cusolverDn", 2)``: the lanes split over two shared handles (each
+    handed over among its own lanes), two solves can overlap, and the results are one lane's."""
+    a, b = _solve_problems(rng)
+    lf.cuda.set_handles_per_device("cusolverDn", 2)
+    try:
+        one = lf.new_stream(lf.gpu, lanes=1)
+        many = lf.new_stream(lf.gpu, lanes=8)
+        A1, B1 = [lf.array(x, stream=one) for x in a], [lf.array(x, stream=one) for x in b]
+        A8, B8 = [lf.array(x, stream=many) for x in a], [lf.array(x, stream=many) for x in b]
+        lf.eval(*A1, *B1, *A8, *B8)
+        before = created()
+        idx = [(i % 8, (i * 3 + 1) % 8) for i in range(400)]
+        ref = [lf.linalg.solve(A1[i], B1[j], stream=one) for i, j in idx]
+        got = [lf.linalg.solve(A8[i], B8[j], stream=many) for i, j in idx]
+        lf.eval(*ref, *got)
+        assert created() - before <= 2  # two handles per device at most, whatever the lanes
+        assert len({o._data.buffer.writer.lane.id for o in got}) == 8
+        for r, g in zip(ref[::13], got[::13]):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(r))
+        one.close(), many.close()
+    finally:
+        lf.cuda.set_handles_per_device("cusolverDn", None)
+
+
+@gpu
 def test_gpu_four_host_threads_solving_on_one_shared_handle_get_identical_results(rng):
     a, b = _solve_problems(rng)
     ref = [np.asarray(lf.linalg.solve(lf.array(a[k], device=lf.gpu), lf.array(b[k], device=lf.gpu),

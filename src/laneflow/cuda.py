@@ -8,8 +8,10 @@ from typing import Any
 from .runtime.handle_pool import (
     POLICIES,
     handle_policy,
+    handles_per_device,
     reset_handle_stats,
     set_handle_policy,
+    set_handles_per_device,
 )
 from .runtime.handle_pool import (
     handle_stats as _pool_stats,
@@ -49,7 +51,8 @@ def set_allow_tf32(allow: bool) -> None:
     _set(allow)
 
 
-__all__ = ["POLICIES", "handle_policy", "handle_stats", "reset_handle_stats", "set_allow_tf32", "set_handle_policy"]
+__all__ = ["POLICIES", "handle_policy", "handle_stats", "handles_per_device", "reset_handle_stats", "set_allow_tf32",
+           "set_handle_policy", "set_handles_per_device"]
 
 
 # -- custom kernels: lf.cuda.kernel -------------------------------------------------------------------

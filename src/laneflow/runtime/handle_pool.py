@@ -17,6 +17,9 @@ memory by the number of streams. The policies:
 
 Select with ``lf.set_handle_policy(name)`` or the environment variable ``LANEFLOW_HANDLE_POLICY``
 (read at the first use, and again whenever :func:`handle_policy` or :func:`set_handle_policy` is called).
+The ``device`` policy may keep a few handles of one library per device instead of one
+(:func:`set_handles_per_device`, ``LANEFLOW_CUSOLVERDN_HANDLES=2``): for cuSOLVER, whose shared handle runs
+one call at a time, that many solver calls can overlap, for that many times the handle memory.
 A backend supplies a :class:`HandleLibrary` adapter per library; this module knows no CUDA.
 """
 
@@ -67,6 +70,46 @@ def set_handle_policy(policy: str | None) -> None:
         raise ValueError(f"set_handle_policy: policy must be one of {POLICIES}, got {policy!r}")
     _policy = policy
     _env_policy = None
+    _policy_changed()
+
+
+_per_device: dict[str, int] = {}  # library name -> handles per device under the device policy (set)
+
+
+def handles_per_device(library: str) -> int:
+    """How many handles of ``library`` the ``device`` policy keeps per device (default 1): set by
+    :func:`set_handles_per_device`, else ``LANEFLOW_<LIBRARY>_HANDLES`` (e.g. ``LANEFLOW_CUSOLVERDN_HANDLES``,
+    read when a pool is made or the setting changes)."""
+    n = _per_device.get(library)
+    if n is None:
+        env = f"LANEFLOW_{library.upper()}_HANDLES"
+        raw = os.environ.get(env, "1")
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{env} must be a whole number >= 1, got {raw!r}")
+    return n
+
+
+def set_handles_per_device(library: str, count: int | None) -> None:
+    """Keep ``count`` handles of ``library`` per device under the ``device`` policy (``None``: back to the
+    environment/default of 1). Lane ``i`` of every stream uses handle ``i % count``. For an ``exclusive``
+    library (cuSOLVER), whose handle runs one call at a time, this is the number of solver calls that
+    can overlap, for ``count`` times the handle memory; pools made before keep their handles until the
+    setting changes (then every pool looks its handles up afresh)."""
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        raise ValueError(f"set_handles_per_device: count must be an int >= 1 or None, got {count!r}")
+    if count is None:
+        _per_device.pop(library, None)
+    else:
+        _per_device[library] = count
+    with _pools_lock:
+        pools = list(_pools)
+    for pool in pools:
+        if pool.library.name == library:
+            pool.per_device = handles_per_device(library)
     _policy_changed()
 
 
@@ -200,12 +243,15 @@ class HandlePool:
         self._counters = STATS.counters(library.name, library.binds_stream)
         self._fast: dict = {}  # lane -> entry, for the device and stream policies (cleared on a policy change)
         self._exclusive = bool(getattr(library, "exclusive", False))
+        #: handles per device under the device policy (lane i uses handle i % per_device)
+        self.per_device = handles_per_device(library.name)
         with _pools_lock:
             _pools.add(self)
 
     def _key(self, lane: Any, policy: str) -> tuple:
         if policy == "device":
-            return ("device", lane.device)
+            n = self.per_device
+            return ("device", lane.device) if n == 1 else ("device", lane.device, lane.index % n)
         if policy == "thread":
             return ("thread", lane.device, threading.get_ident())
         return ("stream", lane.id)

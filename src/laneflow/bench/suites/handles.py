@@ -1,6 +1,7 @@
 """handles: should a BLAS/solver handle belong to a device or to a stream? What each policy costs.
 
-Part 1, the pools themselves (GPU only), for each policy (device, thread, stream) and c lanes in
+Part 1, the pools themselves (GPU only), for each policy (device, thread, stream; and device with two
+cuSOLVER handles per device, ``lf.cuda.set_handles_per_device``) and c lanes in
 ``counts``: fresh cuBLAS and cuSOLVER pools drive bare library calls (nvmath bindings) on c lanes of one
 stream, and the table gives the handles created, the device memory they and their workspaces hold
 (``cuMemGetInfo`` before and after, with laneflow's memory pool trimmed first), the first call (handle
@@ -35,6 +36,17 @@ from .common import SEED, dtype, f32, normal
 
 MiB = 1 << 20
 HEAVY_WORKSPACE = 256 * MiB
+#: The rows of part 1: (label, handle policy, cuSOLVER handles per device under the device policy).
+VARIANTS = (("device", "device", 1), ("thread", "thread", 1), ("stream", "stream", 1),
+            ("device, 2 cuSOLVER", "device", 2))
+
+
+def _apply(variant: tuple) -> None:
+    from ...runtime import handle_pool as hp
+
+    _label, policy, solvers = variant
+    hp.set_handle_policy(policy)
+    hp.set_handles_per_device("cusolverDn", solvers if solvers > 1 else None)
 
 
 @suite("handles", "library handles per device vs per stream: memory, first call, host cost, throughput",
@@ -130,11 +142,12 @@ def _pool_part(ctx, p) -> list[Result]:
 
     gctx = _gpu_context(ctx.device)
     rows, results = [], []
-    saved = hp._policy
+    saved = hp._policy, hp._per_device.get("cusolverDn")
     try:
         rates = {c: _throughput(ctx.device, gctx, c, p) for c in p["counts"]}
-        for policy in hp.POLICIES:
-            hp.set_handle_policy(policy)
+        for variant in VARIANTS:
+            _apply(variant)
+            policy = variant[0]
             for c in p["counts"]:
                 fig = _probe(ctx.device, gctx, c, p)
                 fig.update(rates[c][policy])
@@ -145,10 +158,11 @@ def _pool_part(ctx, p) -> list[Result]:
                            note="time = the GEMM batch; figures in extra")
                 r.extra.update({k: v for k, v in fig.items() if k not in ("policy", "gemm_s")})
                 results.append(r)
-        hp.set_handle_policy("device")
+        _apply(VARIANTS[0])
         cost = _host_cost(ctx.device, gctx)
     finally:
-        hp.set_handle_policy(saved)
+        hp.set_handle_policy(saved[0])
+        hp.set_handles_per_device("cusolverDn", saved[1])
     r = Result("handles", "host cost per library call: bare vs through the pool", "pool", lanes=2, checked=False,
                times=[cost["blas_pool_same_lane_us"] * 1e-6], note="figures in extra (microseconds per call)")
     r.extra.update(cost)
@@ -217,19 +231,18 @@ class _Work:
 
 
 def _throughput(device, gctx, c: int, p, rounds: int = 7) -> dict[str, dict[str, Any]]:
-    """GEMMs/s and solves/s of each policy at c lanes, round-robin over the lanes from one host thread.
-    The policies take turns within each round (the median over rounds is reported), so drift of the
-    machine hits all of them alike; one pair of pools serves all three (its handles are keyed by policy)."""
-    from ...runtime import handle_pool as hp
+    """GEMMs/s and solves/s of each variant at c lanes, round-robin over the lanes from one host thread.
+    The variants take turns within each round (the median over rounds is reported), so drift of the
+    machine hits all of them alike; one pair of pools serves them all (its handles are keyed by policy)."""
 
     w = _Work(device, gctx, c, p)
     blas, solver, cublas, sv = _libs(gctx)
     gemms, solves = p["gemms"], p["solves"]
-    samples: dict = {pol: {"gemm": [], "solve": []} for pol in hp.POLICIES}
+    samples: dict = {v[0]: {"gemm": [], "solve": []} for v in VARIANTS}
     ok = {}
     try:
-        for pol in hp.POLICIES:  # warm-up: every policy's handles and workspaces exist before timing
-            hp.set_handle_policy(pol)
+        for v in VARIANTS:  # warm-up: every variant's handles and workspaces exist before timing
+            _apply(v)
             for k in range(c):
                 w.gemm(blas, cublas, k)
                 w.solve(solver, sv, k)
@@ -243,8 +256,9 @@ def _throughput(device, gctx, c: int, p, rounds: int = 7) -> dict[str, dict[str,
                 w.solve(solver, sv, i % c)
 
         for _ in range(rounds):
-            for pol in hp.POLICIES:
-                hp.set_handle_policy(pol)
+            for v in VARIANTS:
+                _apply(v)
+                pol = v[0]
                 samples[pol]["gemm"].append(_timed(gctx, run_gemms, 1))
                 samples[pol]["solve"].append(_timed(gctx, run_solves, 1))
                 ok[pol] = w.check()
@@ -459,6 +473,7 @@ def _verdict(rows: list[dict], cost: dict, p) -> None:
     total = dev["held_MiB"] / st["held_MiB"] if st["held_MiB"] > 0 else float("nan")
     thr_g = dev["gemms_per_s"] / st["gemms_per_s"]
     thr_s = dev["solves_per_s"] / st["solves_per_s"]
+    two = next((r for r in rows if r["policy"] == "device, 2 cuSOLVER" and r["lanes"] == lanes), None)
     print(f"at {lanes} lanes, device vs stream policy: handle memory {hd:.0f} vs {hs:.0f} MiB = {mem:.3f}x (target <= "
           f"0.125; with the per-lane workspaces {total:.3f}x), GEMM throughput "
           f"{thr_g:.2f}x and solve throughput {thr_s:.2f}x (target >= 0.95; a shared cuSOLVER handle runs its "
@@ -466,6 +481,11 @@ def _verdict(rows: list[dict], cost: dict, p) -> None:
           f"release) / in a with block: cuBLAS {cost['blas_overhead_release_us']} / "
           f"{cost['blas_overhead_with_us']} us, "
           f"cuSOLVER {cost['solver_overhead_release_us']} / {cost['solver_overhead_with_us']} us (target <= 0.5)")
+    if two is not None:
+        h2 = two["held_MiB"] - two["workspace_MiB"]
+        print(f"device policy with 2 cuSOLVER handles per device (lf.cuda.set_handles_per_device): handle memory "
+              f"{h2:.0f} MiB = {h2 / hs if hs > 0 else float('nan'):.3f}x of the stream policy's, solve throughput "
+              f"{two['solves_per_s'] / st['solves_per_s']:.2f}x")
 
 
 # -- part 3: through laneflow's ops, with the peers --------------------------------------------------
