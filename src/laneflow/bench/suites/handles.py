@@ -1,15 +1,15 @@
 """handles: should a BLAS/solver handle belong to a device or to a stream? What each policy costs.
 
 Part 1, the pools themselves (GPU only), for each policy (device, thread, stream; and device with two
-cuSOLVER handles per device, ``lf.cuda.set_handles_per_device``) and c lanes in
-``counts``: fresh cuBLAS and cuSOLVER pools drive bare library calls (nvmath bindings) on c lanes of one
-stream, and the table gives the handles created, the device memory they and their workspaces hold
-(``cuMemGetInfo`` before and after, with laneflow's memory pool trimmed first), the first call (handle
-creation included), the throughput of many small GEMMs (cuBLAS) and of many small LU solves (cuSOLVER)
-issued round-robin over the lanes (the policies take turns, median of 7 rounds; a shared cuSOLVER handle
-is handed over between lanes, as ``lf.linalg`` uses it, so its solves never overlap), and a heavy
-case: cuBLAS with a 256 MiB workspace per lane. One host
-thread drives every policy, so ``thread`` behaves as ``device`` here (one handle per host thread).
+cuSOLVER handles per device, ``lf.cuda.set_handles_per_device``) and c lanes in ``counts``: fresh cuBLAS
+and cuSOLVER pools drive bare library calls (nvmath bindings) on c lanes of one stream, and the table
+gives the handles created, the device memory they and their workspaces hold (``cuMemGetInfo`` before
+and after, with laneflow's memory pool trimmed first), the first call (handle creation included), the
+throughput of many small GEMMs (cuBLAS) and of many small LU solves (cuSOLVER) issued round-robin over
+the lanes (the policies take turns in a rotating order, median of 8 rounds; a shared cuSOLVER handle is
+handed over between lanes, as ``lf.linalg`` uses it, so its solves never overlap), and a heavy case:
+cuBLAS with a 256 MiB workspace per lane. One host thread drives every policy, so ``thread`` behaves as
+``device`` here (one handle per host thread).
 
 Part 2, host cost per call: a bare ``cublasSgemm`` / ``cusolverDnDgetrs`` on a bound handle vs the same
 call through ``pool.use(lane)`` (set-stream elided), in a ``with`` block and with the explicit release
@@ -185,6 +185,7 @@ class _Work:
         self.b = rng.standard_normal((g, g)).astype(np.float32)
         self.pa, self.pb = dev.put(self.a), dev.put(self.b)
         self.pc = [dev.empty(g * g * 4) for _ in self.lanes]
+        self.pc_lt = [dev.empty(g * g * 4) for _ in self.lanes]
         n = self.n = p["solve_n"]
         self.m = rng.standard_normal((n, n)) + n * np.eye(n)
         self.rhs = rng.standard_normal(n)
@@ -201,6 +202,31 @@ class _Work:
         with blas.use(lane) as (h, _ws):
             cublas.sgemm(h, 0, 0, g, g, g, self.one.ctypes.data, self.pa, g, self.pb, g, self.zero.ctypes.data,
                          self.pc[k], g)
+
+    def lt_gemm(self, lt_pool, k: int) -> None:
+        """The same GEMM through cuBLASLt, as laneflow's matmul runs it (the stream goes with the call,
+        so a shared handle never needs a set-stream; the lane's workspace comes from the pool)."""
+        p, lane = self.lt_plan, self.lanes[k]
+        e = lt_pool.use(lane)
+        try:
+            h, (ws, nbytes) = e.current
+            self.lt.matmul(h, p.desc, p.alpha.ctypes.data, self.pb, p.a, self.pa, p.b, p.beta.ctypes.data,
+                           self.pc_lt[k], p.c, self.pc_lt[k], p.c, p.algo_ptr, ws, nbytes, lane.handle)
+        finally:
+            e.lock.release()
+
+    def lt_pool(self, gctx):
+        """A fresh cuBLASLt pool (its handles keyed by the policy in force at each use) and the plan."""
+        from ... import dtypes
+        from ...backends.cuda.handles import CublasLtLibrary
+        from ...backends.cuda.matmul import _lib
+        from ...runtime.handle_pool import HandlePool
+
+        lib = _lib(gctx)
+        self.lt = lib.lt
+        g = self.g  # row-major C = A @ B of the buffers, as matmul.py calls it
+        self.lt_plan = lib.plan(dtypes.float32, g, g, g, 1, 0, 0)
+        return HandlePool(CublasLtLibrary(gctx, lib.lt))
 
     def solve(self, solver, sv, k: int) -> None:
         """One LU solve through the pool, as lf.linalg does: under a shared handle (device and thread
@@ -221,6 +247,9 @@ class _Work:
         c = len(self.lanes)
         got = self.dev.get(self.pc[c - 1], (self.g, self.g), np.float32)
         gemm_ok = bool(np.allclose(got, self.b @ self.a, rtol=1e-4, atol=1e-3))  # column-major C = A B
+        if getattr(self, "lt", None) is not None:  # cuBLASLt, as laneflow calls it: row-major a @ b
+            got = self.dev.get(self.pc_lt[c - 1], (self.g, self.g), np.float32)
+            gemm_ok = gemm_ok and bool(np.allclose(got, self.a @ self.b, rtol=1e-4, atol=1e-3))
         solve_ok = bool(np.allclose(self.dev.get(self.x[c - 1], (self.n,), np.float64),
                                     np.linalg.solve(self.m, self.rhs)))
         return gemm_ok, solve_ok
@@ -230,7 +259,7 @@ class _Work:
         self.s.close()
 
 
-def _throughput(device, gctx, c: int, p, rounds: int = 7) -> dict[str, dict[str, Any]]:
+def _throughput(device, gctx, c: int, p, rounds: int = 8) -> dict[str, dict[str, Any]]:
     """GEMMs/s and solves/s of each variant at c lanes, round-robin over the lanes from one host thread.
     The variants take turns within each round (the median over rounds is reported), so drift of the
     machine hits all of them alike; one pair of pools serves them all (its handles are keyed by policy)."""
@@ -238,39 +267,49 @@ def _throughput(device, gctx, c: int, p, rounds: int = 7) -> dict[str, dict[str,
     w = _Work(device, gctx, c, p)
     blas, solver, cublas, sv = _libs(gctx)
     gemms, solves = p["gemms"], p["solves"]
-    samples: dict = {v[0]: {"gemm": [], "solve": []} for v in VARIANTS}
+    lt = w.lt_pool(gctx)
+    samples: dict = {v[0]: {"gemm": [], "lt": [], "solve": []} for v in VARIANTS}
     ok = {}
     try:
         for v in VARIANTS:  # warm-up: every variant's handles and workspaces exist before timing
             _apply(v)
             for k in range(c):
                 w.gemm(blas, cublas, k)
+                w.lt_gemm(lt, k)
                 w.solve(solver, sv, k)
         gctx.synchronize()
         def run_gemms():
             for i in range(gemms):
                 w.gemm(blas, cublas, i % c)
 
+        def run_lt():
+            for i in range(gemms):
+                w.lt_gemm(lt, i % c)
+
         def run_solves():
             for i in range(solves):
                 w.solve(solver, sv, i % c)
 
-        for _ in range(rounds):
-            for v in VARIANTS:
+        n = len(VARIANTS)
+        for r in range(rounds):
+            for v in VARIANTS[r % n:] + VARIANTS[:r % n]:  # each variant first in some rounds: no order bias
                 _apply(v)
                 pol = v[0]
                 samples[pol]["gemm"].append(_timed(gctx, run_gemms, 1))
+                samples[pol]["lt"].append(_timed(gctx, run_lt, 1))
                 samples[pol]["solve"].append(_timed(gctx, run_solves, 1))
                 ok[pol] = w.check()
     finally:
         gctx.synchronize()
         blas.close(free_workspaces=True)
         solver.close(free_workspaces=True)
+        lt.close(free_workspaces=True)
         w.close()
     out = {}
     for pol, smp in samples.items():
         g, sl = float(np.median(smp["gemm"])), float(np.median(smp["solve"]))
         out[pol] = {"gemm_s": g, "gemms_per_s": round(gemms / g), "solves_per_s": round(solves / sl),
+                    "lt_gemms_per_s": round(gemms / float(np.median(smp["lt"]))),
                     "gemm_ok": ok[pol][0], "solve_ok": ok[pol][1]}
     return out
 
@@ -451,10 +490,11 @@ def _print_tables(rows: list[dict], cost: dict, p) -> None:
 
     headers = ["policy", "lanes", "cuBLAS handles", "cuSOLVER handles", "held MiB", "of which workspaces MiB",
                "first call ms", "first use, all lanes ms", f"{p['gemms']} GEMMs 64^3: GEMM/s",
-               f"{p['solves']} LU solves n={p['solve_n']}: solve/s", "heavy (256 MiB ws/lane): held MiB", "heavy ms",
+               "same via cuBLASLt: GEMM/s", f"{p['solves']} LU solves n={p['solve_n']}: solve/s",
+               "heavy (256 MiB ws/lane): held MiB", "heavy ms",
                "ok"]
     table = [[r["policy"], r["lanes"], r["handles_cublas"], r["handles_cusolver"], r["held_MiB"], r["workspace_MiB"],
-              r["first_call_ms"], r["first_use_all_lanes_ms"], r["gemms_per_s"], r["solves_per_s"],
+              r["first_call_ms"], r["first_use_all_lanes_ms"], r["gemms_per_s"], r["lt_gemms_per_s"], r["solves_per_s"],
               r["heavy_held_MiB"], r["heavy_ms"], "yes" if r["gemm_ok"] and r["solve_ok"] else "NO"] for r in rows]
     print_table("handles: one handle per device vs per host thread vs per lane (bare library calls, one host "
                 "thread, round-robin over the lanes)", headers, table)
@@ -473,10 +513,12 @@ def _verdict(rows: list[dict], cost: dict, p) -> None:
     total = dev["held_MiB"] / st["held_MiB"] if st["held_MiB"] > 0 else float("nan")
     thr_g = dev["gemms_per_s"] / st["gemms_per_s"]
     thr_s = dev["solves_per_s"] / st["solves_per_s"]
+    thr_lt = dev["lt_gemms_per_s"] / st["lt_gemms_per_s"]
     two = next((r for r in rows if r["policy"] == "device, 2 cuSOLVER" and r["lanes"] == lanes), None)
     print(f"at {lanes} lanes, device vs stream policy: handle memory {hd:.0f} vs {hs:.0f} MiB = {mem:.3f}x (target <= "
           f"0.125; with the per-lane workspaces {total:.3f}x), GEMM throughput "
-          f"{thr_g:.2f}x and solve throughput {thr_s:.2f}x (target >= 0.95; a shared cuSOLVER handle runs its "
+          f"{thr_g:.2f}x (cuBLAS legacy API: a set-stream per lane switch; through cuBLASLt, laneflow's matmul: "
+          f"{thr_lt:.2f}x) and solve throughput {thr_s:.2f}x (target >= 0.95; a shared cuSOLVER handle runs its "
           f"solves one after another); pool host cost above a bare call, as laneflow's ops use it (explicit "
           f"release) / in a with block: cuBLAS {cost['blas_overhead_release_us']} / "
           f"{cost['blas_overhead_with_us']} us, "
