@@ -196,3 +196,91 @@ def test_outputs_written_in_place_used_later_and_moved_keep_their_values(device,
         st = _expect_graph(device, f)
         if device.type == "gpu":
             assert st["evacuated"] > 0, st
+
+
+# -- lf.linalg inside a compiled function: cuSOLVER captured into the graph -----------------------
+
+def _spd(rng, n, batch=()):
+    a = rng.standard_normal((*batch, n, n))
+    return a @ np.swapaxes(a, -1, -2) + n * np.eye(n)
+
+
+def _linalg_step(a, b):
+    """Every lf.linalg routine, with elementwise work around them."""
+    c = lf.linalg.cholesky(a)
+    x = lf.linalg.solve(a, b)
+    ai = lf.linalg.inv(a * 2.0)
+    q, r = lf.linalg.qr(a + 1.0)
+    w, v = lf.linalg.eigh(a)
+    s = lf.linalg.svd(a - 0.5, compute_uv=False)
+    return c + 1.0, x * 3.0, ai, lf.abs(q) + lf.abs(r), w, lf.abs(v), s
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_compiled_linalg_equals_eager_and_numpy_on_every_call(device, rng, strict, lanes):
+    """On the GPU the cuSOLVER calls are captured into the graph (strict: a capture failure fails the
+    test); every call with fresh inputs equals the eager result and numpy."""
+    s = lf.new_stream(device, lanes=lanes)
+    f = lf.compile(_linalg_step)
+    with lf.stream(s):
+        for _ in range(4):
+            an = _spd(rng, 6, (2,))
+            bn = rng.standard_normal((2, 6, 3))
+            a, b = lf.array(an), lf.array(bn)
+            got = [np.asarray(o) for o in f(a, b)]
+            want = [np.asarray(o) for o in _linalg_step(a, b)]
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(got[1], np.linalg.solve(an, bn) * 3.0, rtol=1e-9)
+            np.testing.assert_allclose(got[4], np.linalg.eigh(an)[0], rtol=1e-9)
+            np.testing.assert_allclose(got[6], np.linalg.svd(an - 0.5, compute_uv=False), rtol=1e-9)
+    _expect_graph(device, f)
+    s.close()
+
+
+def test_compiled_cholesky_raises_for_the_call_that_failed_only(device, rng, strict):
+    """devInfo inside the graph: each launch is checked with what it wrote, also while an earlier call's
+    values are kept and another launch of the same graph rewrites its slot."""
+    f = lf.compile(lambda a: lf.linalg.cholesky(a) * 2.0)
+    good = _spd(rng, 5)
+    bad = -np.eye(5)
+    with lf.stream(device):
+        for _ in range(2):  # trace, then the graph
+            np.testing.assert_allclose(np.asarray(f(lf.array(good))), np.linalg.cholesky(good) * 2.0, rtol=1e-12)
+        kept = f(lf.array(good))          # values alive: the next calls use the other output set
+        failed = f(lf.array(bad))
+        later = [f(lf.array(good)) for _ in range(3)]   # sets reused, kept values moved out
+        with pytest.raises(lf.LinAlgError, match="not positive definite"):
+            lf.eval(failed)
+        with pytest.raises(lf.LinAlgError):
+            lf.eval(failed + 1.0)         # also what is computed from it
+        lf.eval(kept, *later)
+        np.testing.assert_allclose(np.asarray(kept), np.linalg.cholesky(good) * 2.0, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(later[-1]), np.linalg.cholesky(good) * 2.0, rtol=1e-12)
+        with pytest.raises(lf.LinAlgError):
+            np.asarray(f(lf.array(bad)))
+        np.testing.assert_allclose(np.asarray(f(lf.array(good))), np.linalg.cholesky(good) * 2.0, rtol=1e-12)
+    _expect_graph(device, f)
+
+
+def test_compiled_solves_on_two_streams_alongside_eager_solves_stay_correct(device, rng, strict):
+    """Graphs holding cuSOLVER calls, launched from two streams, interleaved with eager solves on four
+    lanes that share the device's handle, with injected delays: every result equals numpy."""
+    f = lf.compile(lambda a, b: lf.linalg.solve(a, b) + 1.0)
+    s1, s2 = lf.new_stream(device, lanes=2), lf.new_stream(device, lanes=4)
+    probs = [(_spd(rng, 8), rng.standard_normal((8, 2))) for _ in range(12)]
+    outs = []
+    with lf.testing.inject_delays(0.002, seed=int(rng.integers(1 << 30))):
+        for k, (an, bn) in enumerate(probs):
+            st = s1 if k % 2 else s2
+            with lf.stream(st):
+                a, b = lf.array(an), lf.array(bn)
+                outs.append((f(a, b), np.linalg.solve(an, bn) + 1.0))
+            with lf.stream(s2):
+                outs.append((lf.linalg.solve(lf.array(an * 2.0), lf.array(bn)), np.linalg.solve(an * 2.0, bn)))
+        for got, want in outs:
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9)
+    assert len(f.stats()) == 2  # a plan per stream
+    for st in f.stats():
+        assert st["mode"] == ("cuda graph" if device.type == "gpu" else "commands"), st
+    s1.close(), s2.close()

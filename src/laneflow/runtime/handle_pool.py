@@ -236,8 +236,12 @@ class _Entry:
 class HandlePool:
     """Handles of one library, keyed by the policy in force at each use."""
 
-    def __init__(self, library: HandleLibrary):
+    def __init__(self, library: HandleLibrary, policy: str | None = None):
+        """``policy``: this pool's own, fixed policy (None: the one in force at each use)."""
+        if policy is not None and policy not in POLICIES:
+            raise ValueError(f"HandlePool: policy must be one of {POLICIES} or None, got {policy!r}")
         self.library = library
+        self.policy = policy
         self._entries: dict = {}
         self._lock = threading.Lock()
         self._counters = STATS.counters(library.name, library.binds_stream)
@@ -258,7 +262,7 @@ class HandlePool:
 
     def _entry(self, lane: Any) -> _Entry:
         changes = _changes
-        policy = _policy_now()
+        policy = self.policy or _policy_now()
         key = self._key(lane, policy)
         e = self._entries.get(key)
         if e is None:

@@ -9,8 +9,10 @@ wait that needs a value computed from them, after the command has finished. The 
 
 A slot returns to the pool once its check object is gone *and* its command is known finished (the
 GPU may still write to it before that). Inside a CUDA graph (``lf.compile``) no command is running
-while kernels are captured and nobody would read a slot: a kernel that needs one refuses capture, so
-the plan replays its commands (index arrays the host can see are checked there and need no slot).
+while kernels are captured: a kernel that writes its slot at every run (cuSOLVER's devInfo scan) gets
+a slot of the graph, copied at each launch into a fresh one that launch's values are checked with;
+one that writes only on failure (index kernels) refuses capture, so the plan replays its commands
+(index arrays the host can see are checked there and need no slot).
 """
 
 from __future__ import annotations
@@ -118,12 +120,23 @@ def slots_of(ctx: DeviceContext) -> CheckSlots:
     return s
 
 
-def deferred(lane, explain: Callable, op: str = "kernel") -> int:
+def deferred(lane, explain: Callable, op: str = "kernel", overwrites: bool = False) -> int:
     """A slot for the running command's kernel on ``lane`` (device address), checked at the host wait
-    by ``explain(words) -> error | None``. Inside a CUDA-graph capture nobody would read it: refused,
-    so the compiled plan replays its commands and the failure is still reported."""
+    by ``explain(words) -> error | None``.
+
+    Inside a CUDA-graph capture: a kernel that ``overwrites`` its slot at every run (writes word 0
+    whether it found a failure or not) gets a slot of the graph; each launch copies it into a fresh
+    slot checked at that launch's host wait (``graph._launch``). Other kernels (which only write on
+    failure) are refused there, so the compiled plan replays its commands and the failure is still
+    reported."""
     slots = slots_of(lane.ctx)
     if lane.checks is None:
+        temps = getattr(lane.ctx.memory, "capture", None)
+        found = getattr(temps, "checks", None)
+        if overwrites and found is not None:
+            slot = slots.take()
+            found.append((slot, explain))
+            return slots.device_ptr(slot)
         raise LaneflowError(f"{op}: checks its values on the device (indices, exponents, solver status) and "
                             "reports at the host wait, which a CUDA graph replay cannot do")
     slot = slots.take()

@@ -40,6 +40,7 @@ from cuda.bindings import driver as cu
 from ...runtime.buffer import Buffer
 from ...errors import OutOfMemoryError
 from ...runtime.encoder import LOCK
+from .handles import device_handles
 from .driver import check
 from .lanes import CudaLane
 from .memory import DeviceArray, ViewArray
@@ -104,6 +105,8 @@ class _Temps:
     def __init__(self, mem):
         self.mem = mem
         self.ptrs: set[int] = set()
+        self.checks: list = []      # (check slot of the graph, explain) of captured kernels (checks.deferred)
+        self.exclusive = False      # cuSOLVER calls were captured: launches are ordered (graph_token)
 
     def alloc(self, nbytes: int) -> int:
         mem = self.mem
@@ -191,6 +194,8 @@ class GraphPlan:
         self._read_writers: list | None = None  # the writers of _reads at a launch that found them clean
         self._static_writes: list | None = None
         self._copies: list = []
+        self.exclusive = False  # its graphs hold cuSOLVER calls (``_Temps.exclusive``)
+        self.has_linalg = any(prim.kind == "linalg" for prim, *_ in steps)
 
     # -- public ----------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -382,11 +387,14 @@ class GraphPlan:
             self._read_writers = writers if clean else None
         if self._static_writes is None:
             self._static_writes = [*self.regions, *self.staged.values()]
+            if self.exclusive:  # captured cuSOLVER calls: launches of such graphs one after another
+                self._static_writes.append(device_handles(ctx).graph_token)
             self._copies = [(self.staged[i].data.ptr, i, self.arg_nbytes[i]) for i in self.staged
                             if self.arg_nbytes[i]]
         copies = self._copies  # (errors of the writes: Command.run sets or clears them)
+        checks = o.temps.checks if o.temps is not None else ()
 
-        def launch(lane, copies=copies, bufs=bufs, exec_=exec_):
+        def launch(lane, copies=copies, bufs=bufs, exec_=exec_, checks=checks):
             s = lane.stream
             for dst, i, n in copies:
                 err, = cu.cuMemcpyDtoDAsync(dst, bufs[i].data.ptr, n, s)
@@ -395,6 +403,8 @@ class GraphPlan:
             err, = cu.cuGraphLaunch(exec_, s)
             if err:
                 check((err,), "cuGraphLaunch")
+            if checks:
+                _launch_checks(lane, checks)
 
         o.launched = self.launches = self.launches + 1
         point = self.last_point = stream.encoder.encode(self.name, launch, reads, [*self._static_writes, region],
@@ -439,6 +449,10 @@ class GraphPlan:
         steps = self.steps
         lanes = self._capture_lanes()
         ctx.ensure_current()
+        if self.has_linalg:  # the graphs' cuSOLVER pool exists (and its handle, below) before capture
+            from .solver import _lib as _solver
+
+            _solver(ctx).graph_pool()
         _prewarm_libraries(ctx, lanes)
         temps = _Temps(mem)
         events = []
@@ -513,16 +527,21 @@ class GraphPlan:
             cu.cuGraphDestroy(graph)
         self.captures += 1
         o.stale = False
+        if temps.exclusive and not self.exclusive:
+            self.exclusive = True
+            self._static_writes = None  # launches now also write the graph token
         old, o.temps = o.temps, temps
         if old is not None:  # the previous graph's scratch, once its last launch is done
             self._free_temps(old)
 
     # -- teardown --------------------------------------------------------------------------------
     def _free_temps(self, temps: _Temps) -> None:
-        after = (self.last_point,) if self.last_point is not None else ()
+        last = self.last_point
+        after = (last,) if last is not None else ()
         for p in temps.ptrs:
             self.ctx.memory.pending.append((p, None, after))
         temps.ptrs = set()
+        _give_back_checks(self.ctx, temps, last)
 
     def _drop_lanes(self) -> None:
         last = self.last_point
@@ -553,10 +572,12 @@ class _Closer:
         self.ctx.ensure_current()
         for ex in self.execs:
             cu.cuGraphExecDestroy(ex)  # an in-flight launch completes first
-        after = (self.last,) if self.last is not None else ()
+        last = self.last
+        after = (last,) if last is not None else ()
         for t in self.temps:
             for p in t.ptrs:
                 self.ctx.memory.pending.append((p, None, after))
+            _give_back_checks(self.ctx, t, last)
         for lane in self.lanes:
             if self.last is not None:
                 lane._enqueue_wait(self.last)
@@ -777,6 +798,34 @@ def _assign_branches(deps: list[list[int]], limit: int) -> tuple[list[int], int]
         tails[chosen] = j
         branch_of.append(chosen)
     return branch_of, max(1, len(tails))
+
+
+def _give_back_checks(ctx, temps: _Temps, last) -> None:
+    """A dropped graph's check slots return to the pool once its last launch (``last``) is done."""
+    if temps.checks:
+        from .checks import slots_of
+
+        slots = slots_of(ctx)
+        for slot, _explain in temps.checks:
+            slots.give_back(slot, last.lane if last is not None else None, last.seq if last is not None else 0)
+        temps.checks = []
+
+
+def _launch_checks(lane, checks: list) -> None:
+    """After a launch on ``lane``: copy each check slot the graph's kernels wrote into a fresh slot,
+    in stream order, and attach it to the launch (``lane.defer``), so this call's values are checked
+    with what this launch wrote even when a later launch rewrites the graph's slots first."""
+    from .checks import SLOT_WORDS, SlotCheck, slots_of
+
+    slots = slots_of(lane.ctx)
+    s = lane.stream
+    for slot, explain in checks:
+        fresh = slots.take()
+        err, = cu.cuMemcpyAsync(slots.device_ptr(fresh), slots.device_ptr(slot), SLOT_WORDS * 8, s)
+        if err:
+            slots.give_back(fresh, None, 0)
+            check((err,), "cuMemcpyAsync (graph check slot)")
+        lane.defer(SlotCheck(slots, fresh, explain))
 
 
 def _validated_on_host(prim, pos: int) -> bool:

@@ -185,6 +185,19 @@ class DeviceHandles:
         self._lock = threading.Lock()
         self.pools: dict[str, HandlePool] = {}
         self.solver: Any = None  # per-device cuSOLVER state of backends/cuda/solver.py
+        self._token: Any = None
+
+    @property
+    def graph_token(self) -> Any:
+        """A memoryless buffer every launch of a graph with captured cuSOLVER calls writes, so the
+        encoder runs those launches one after another (they share the ``cusolverDn-graph`` handle)."""
+        if self._token is None:
+            with self._lock:
+                if self._token is None:
+                    from ...runtime.buffer import Buffer
+
+                    self._token = Buffer(None, 0, None)  # no memory: only its writer matters
+        return self._token
 
     def pool(self, name: str) -> HandlePool:
         p = self.pools.get(name)
@@ -201,6 +214,11 @@ class DeviceHandles:
             return HandlePool(CublasLibrary(self.ctx, mod))
         if name == "cusolverDn":
             return HandlePool(CusolverDnLibrary(self.ctx, mod))
+        if name == "cusolverDn-graph":
+            # cuSOLVER calls captured into CUDA graphs: handles of their own (one per device, whatever
+            # the policy), so a graph's kernels, which keep the handle's internal state, never share it
+            # with eager calls; graphs using it are ordered among themselves (``graph_token``).
+            return HandlePool(CusolverDnLibrary(self.ctx, mod), policy="device")
         if name == "cublasLt":
             return HandlePool(CublasLtLibrary(self.ctx, mod))
         raise ValueError(f"no handle pool for library {name!r}")
@@ -216,7 +234,7 @@ def _bindings(name: str) -> Any:
             from nvmath.bindings import cublas as mod
         elif name == "cublasLt":
             from nvmath.bindings import cublasLt as mod
-        else:
+        else:  # cusolverDn, cusolverDn-graph
             from nvmath.bindings import cusolverDn as mod
     except ImportError as e:
         from ...errors import LaneflowError

@@ -1,12 +1,14 @@
 """``lf.linalg`` on the GPU through cuSOLVER dense (nvmath-python's bindings), with the CPU kernel's semantics.
 
-One cuSOLVER handle per device by default (:mod:`laneflow.runtime.handle_pool`), bound to the lane before
-each command; a batch is a loop of calls on that lane. A shared handle's calls never overlap on the GPU
-(the pool has a lane that takes the handle over wait, on the device, for the lane that had it:
-``CusolverDnLibrary.hand_over``); under the ``stream`` policy each lane has its own and they overlap. Workspaces come from the ``*_bufferSize`` queries
-(cached per shape) and live in the lane's scratch of the pool (grown on demand, kept while the lane lives;
-a need above :data:`SCRATCH_CACHE_LIMIT` is allocated for the one call instead), so two lanes never
-share one. Copies of the inputs (the solvers overwrite them) come from the stream-ordered pool.
+One cuSOLVER handle per device by default (:mod:`laneflow.runtime.handle_pool`), bound to the lane
+before each command; a batch is a loop of calls on that lane. A shared handle's calls never overlap on
+the GPU (a lane that takes the handle over waits, on the device, for the lane that had it:
+``CusolverDnLibrary.hand_over``); under the ``stream`` policy each lane has its own and they overlap,
+and ``lf.cuda.set_handles_per_device("cusolverDn", k)`` lets k overlap. Workspaces come from the
+``*_bufferSize`` queries (cached per shape) and live in the lane's scratch of the pool (grown on
+demand, kept while the lane lives; a need above :data:`SCRATCH_CACHE_LIMIT` is allocated for the one
+call instead), so two lanes never share one. Copies of the inputs (the solvers overwrite them) come
+from the stream-ordered pool.
 
 Layouts: laneflow is row-major, cuSOLVER column-major, and a row-major matrix *is* its transpose in
 column-major. So cholesky and eigh (symmetric) read the input as is and pick the other triangle; inv
@@ -20,8 +22,14 @@ Errors: numpy raises ``LinAlgError`` for a matrix that is not positive definite 
 a one-thread kernel copies the first failure into a check slot (:mod:`.checks`) and the command's
 outputs carry a deferred check, resolved at the host wait that needs them (also of values computed
 from them). So a failing matrix raises :class:`lf.LinAlgError` at that eval, as on the CPU, and the
-lane never waits. Inside a CUDA graph nobody would read the slot, so these commands refuse to be
-captured and the compiled plan replays its commands.
+lane never waits.
+
+Inside a CUDA graph (``lf.compile``) the calls run on the graphs' own handle (``SolverLib.pool_for``:
+a captured kernel keeps its handle's internal state, so a graph must not share one with eager calls,
+and launches of such graphs are ordered among themselves), scratch is the graph's, and the devInfo
+scan writes a slot of the graph that every launch copies into a fresh one (:func:`.checks.deferred`),
+so each call's failure is raised at its own host wait. A cuSOLVER routine that cannot be captured
+(one that synchronises) leaves the plan replaying its commands, as any capture failure does.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver as cu
 
-from ...errors import LaneflowError, LinAlgError
+from ...errors import LinAlgError
 from .checks import deferred
 from .driver import check
 from .handles import device_handles
@@ -55,7 +63,25 @@ class SolverLib:
         self.OP_N, self.OP_T = int(cublas.Operation.N), int(cublas.Operation.T)
         self.VECTOR, self.NOVECTOR = int(cusolver.EigMode.VECTOR), int(cusolver.EigMode.NOVECTOR)
         self.pool = device_handles(ctx).pool("cusolverDn")
+        self._graph_pool = None
         self._lwork: dict = {}
+
+    def pool_for(self, lane):
+        """The handle pool for a command on ``lane``: the device's, or while a CUDA graph is captured
+        the graphs' own (``cusolverDn-graph``: a captured kernel keeps its handle's internal state, so
+        graphs never share a handle with eager calls), and the capture is marked as needing it."""
+        temps = lane.ctx.memory.capture
+        if temps is None:
+            return self.pool
+        temps.exclusive = True
+        return self.graph_pool()
+
+    def graph_pool(self):
+        """The graphs' cuSOLVER pool of the device (made before a capture: ``GraphPlan._capture``)."""
+        p = self._graph_pool
+        if p is None:
+            p = self._graph_pool = device_handles(self.ctx).pool("cusolverDn-graph")
+        return p
 
     def fn(self, dtype, name: str):
         return getattr(self.sv, ("s" if dtype == np.float32 else "d") + name)
@@ -65,7 +91,7 @@ class SolverLib:
         key = (dtype, name) + tuple(a for a in args if not isinstance(a, _Ptr))
         v = self._lwork.get(key)
         if v is None:
-            with self.pool.use(lane) as (h, _):
+            with self.pool_for(lane).use(lane) as (h, _):
                 v = int(self.fn(dtype, name + "_buffer_size")(h, *[int(a) for a in args]))
             self._lwork[key] = v
         return v
@@ -117,7 +143,8 @@ class _Scratch:
         need = sum(self.sizes)
         # While a CUDA graph is captured, scratch must be the graph's (memory.capture), never the pool's.
         cached = need <= SCRATCH_CACHE_LIMIT and getattr(self.call.lane.ctx.memory, "capture", None) is None
-        self.entry = self.lib.pool.use(self.call.lane, need if cached else 0)  # locked until __exit__
+        lane = self.call.lane
+        self.entry = self.lib.pool_for(lane).use(lane, need if cached else 0)  # locked until __exit__
         h, ws = self.entry.current
         try:
             base = ws[0] if cached else self.call.alloc(need)
@@ -139,7 +166,9 @@ def _build_scan():
            "  if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
            "    for (long long i = 0; i < count; ++i) {\n"
            "      if (info[i] != 0) { slot[0] = 1ULL; slot[1] = (unsigned long long)i;"
-           " slot[2] = (unsigned long long)(long long)info[i]; return; }\n    }\n  }\n}\n")
+           " slot[2] = (unsigned long long)(long long)info[i]; return; }\n    }\n"
+           "    slot[0] = 0ULL;\n"  # every run writes word 0: a graph's slot is reused by each launch
+           "  }\n}\n")
     return src, "lf_info_scan", "pqp"
 
 
@@ -165,7 +194,7 @@ def _defer_info(lane, op: str, what: str, detail: str, ptr: int, count: int, pri
             return None
         return _info_error(op, what, detail, first + int(words[1]), int(np.int64(np.uint64(words[2]))), total)
 
-    slot = deferred(lane, explain)
+    slot = deferred(lane, explain, "linalg", overwrites=True)
     k = lane.ctx.modules.get(("solver_info_scan",), _build_scan)
     k.launch(lane.stream, (1, 1, 1), (32, 1, 1), (ptr, count, slot))
 
@@ -419,9 +448,6 @@ def linalg(lane, prim, ins, outs) -> None:
     if all(o.size == 0 for o in outs):
         return
     name = prim.name
-    if getattr(lane.ctx.memory, "capture", None) is not None:
-        raise LaneflowError(f"{name}: cuSOLVER commands are ordered across lanes by events and report devInfo "
-                            "at the host wait, which a CUDA graph replay cannot do")
     lib = _lib(lane.ctx)
     call = _Call(lane)
     try:
