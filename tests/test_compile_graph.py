@@ -206,14 +206,19 @@ def _spd(rng, n, batch=()):
 
 
 def _linalg_step(a, b):
-    """Every lf.linalg routine, with elementwise work around them."""
+    """The routines captured into the graph on the GPU, with elementwise work around them."""
     c = lf.linalg.cholesky(a)
     x = lf.linalg.solve(a, b)
     ai = lf.linalg.inv(a * 2.0)
     q, r = lf.linalg.qr(a + 1.0)
+    return c + 1.0, x * 3.0, ai, lf.abs(q) + lf.abs(r)
+
+
+def _spectral_step(a):
+    """eigh and svd: cuSOLVER's syevd cannot be captured, so on the GPU these replay as commands."""
     w, v = lf.linalg.eigh(a)
     s = lf.linalg.svd(a - 0.5, compute_uv=False)
-    return c + 1.0, x * 3.0, ai, lf.abs(q) + lf.abs(r), w, lf.abs(v), s
+    return w, lf.abs(v), s
 
 
 @pytest.mark.parametrize("lanes", [1, 3])
@@ -231,11 +236,27 @@ def test_compiled_linalg_equals_eager_and_numpy_on_every_call(device, rng, stric
             want = [np.asarray(o) for o in _linalg_step(a, b)]
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(got[0], np.linalg.cholesky(an) + 1.0, rtol=1e-9)
             np.testing.assert_allclose(got[1], np.linalg.solve(an, bn) * 3.0, rtol=1e-9)
-            np.testing.assert_allclose(got[4], np.linalg.eigh(an)[0], rtol=1e-9)
-            np.testing.assert_allclose(got[6], np.linalg.svd(an - 0.5, compute_uv=False), rtol=1e-9)
+            np.testing.assert_allclose(got[2], np.linalg.inv(an * 2.0), rtol=1e-9)
     _expect_graph(device, f)
     s.close()
+
+
+def test_compiled_eigh_and_svd_replay_commands_and_leave_the_solver_usable(device, rng):
+    f = lf.compile(_spectral_step)
+    with lf.stream(device):
+        for _ in range(3):
+            an = _spd(rng, 5)
+            w, v, sv = (np.asarray(o) for o in f(lf.array(an)))
+            np.testing.assert_allclose(w, np.linalg.eigvalsh(an), rtol=1e-9)
+            np.testing.assert_allclose(sv, np.linalg.svd(an - 0.5, compute_uv=False), rtol=1e-9)
+        (st,) = f.stats()
+        assert st["mode"] == "commands", st
+        if device.type == "gpu":
+            assert "syevd" in st["note"] or "gesvd" in st["note"], st
+        an = _spd(rng, 5)  # eager cuSOLVER still works after the refused capture
+        np.testing.assert_allclose(np.asarray(lf.linalg.cholesky(lf.array(an))), np.linalg.cholesky(an), rtol=1e-9)
 
 
 def test_compiled_cholesky_raises_for_the_call_that_failed_only(device, rng, strict):

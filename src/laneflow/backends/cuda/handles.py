@@ -177,6 +177,15 @@ class CusolverDnLibrary(_Library):
         pass
 
 
+class _NoMemory:
+    """The device handle of a buffer that is only an ordering token (what a lane reads of one)."""
+
+    __slots__ = ("host", "ptr", "nbytes")
+
+    def __init__(self) -> None:
+        self.host, self.ptr, self.nbytes = None, 0, 0
+
+
 class DeviceHandles:
     """The handle pools of one device, created on first use."""
 
@@ -196,7 +205,7 @@ class DeviceHandles:
                 if self._token is None:
                     from ...runtime.buffer import Buffer
 
-                    self._token = Buffer(None, 0, None)  # no memory: only its writer matters
+                    self._token = Buffer(None, 0, _NoMemory())  # only its writer matters
         return self._token
 
     def pool(self, name: str) -> HandlePool:

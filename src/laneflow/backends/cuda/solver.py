@@ -28,8 +28,8 @@ Inside a CUDA graph (``lf.compile``) the calls run on the graphs' own handle (``
 a captured kernel keeps its handle's internal state, so a graph must not share one with eager calls,
 and launches of such graphs are ordered among themselves), scratch is the graph's, and the devInfo
 scan writes a slot of the graph that every launch copies into a fresh one (:func:`.checks.deferred`),
-so each call's failure is raised at its own host wait. A cuSOLVER routine that cannot be captured
-(one that synchronises) leaves the plan replaying its commands, as any capture failure does.
+so each call's failure is raised at its own host wait. cholesky, solve, inv and qr are captured;
+eigh and svd (:data:`NOT_CAPTURABLE`) refuse capture, so a plan holding them replays its commands.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver as cu
 
-from ...errors import LinAlgError
+from ...errors import LaneflowError, LinAlgError
 from .checks import deferred
 from .driver import check
 from .handles import device_handles
@@ -49,6 +49,9 @@ MiB = 1 << 20
 #: Per-lane scratch needs up to this size are kept (and reused) by the pool; larger ones are per call.
 SCRATCH_CACHE_LIMIT = 64 * MiB
 _ALIGN = 256
+#: Routines stream capture fails on (measured on an H200, cuSOLVER of CUDA 13: syevd returns
+#: INTERNAL_ERROR while captured; gesvd is refused with it until measured otherwise).
+NOT_CAPTURABLE = {"eigh": "syevd", "svd": "gesvd"}
 
 
 class SolverLib:
@@ -448,6 +451,10 @@ def linalg(lane, prim, ins, outs) -> None:
     if all(o.size == 0 for o in outs):
         return
     name = prim.name
+    if name in NOT_CAPTURABLE and lane.ctx.memory.capture is not None:
+        # refused before cuSOLVER sees the capture: a failed syevd capture left the stream unusable
+        raise LaneflowError(f"{name}: cuSOLVER's {NOT_CAPTURABLE[name]} cannot be captured into a CUDA graph "
+                            "(tools/probe_solver_capture.py); the compiled function replays its commands")
     lib = _lib(lane.ctx)
     call = _Call(lane)
     try:

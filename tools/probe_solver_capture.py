@@ -1,0 +1,123 @@
+"""Probe (GPU): can cuSOLVER dense calls be captured into a CUDA graph (stream capture, relaxed mode)?
+For each routine laneflow uses, on a fresh handle: capture without any earlier call, then run it once
+uncaptured and capture again (a library that sets itself up lazily on first use), then launch the
+graph and compare with numpy. Prints one line per routine and attempt; after a failed capture the
+routine's second attempt is skipped (the eager call after a failed syevd capture failed too).
+
+On the H200 (2026-11-30, cuSOLVER of CUDA 13): potrf+potrs, getrf+getrs and geqrf capture and replay
+correctly; syevd fails capture with INTERNAL_ERROR (so laneflow refuses to capture eigh and svd and
+replays those plans as commands).
+
+    python tools/probe_solver_capture.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from cuda.bindings import driver as cu
+from nvmath.bindings import cublas, cusolver, cusolverDn as sv
+
+import laneflow as lf
+
+
+def ok(r):
+    err = r[0] if isinstance(r, tuple) else r
+    if int(err):
+        raise RuntimeError(f"driver error {err!r}")
+    return r[1] if isinstance(r, tuple) and len(r) > 1 else None
+
+
+def main(n: int = 8) -> None:
+    s = lf.new_stream(lf.gpu, lanes=1)
+    lane = s.lanes[0]
+    ctx = lane.ctx
+    st = lane.stream
+    mem = ctx.memory
+    rng = np.random.default_rng(0)
+    a0 = rng.standard_normal((n, n))
+    spd = a0 @ a0.T + n * np.eye(n)
+    rhs = rng.standard_normal(n)
+
+    def put(x):
+        x = np.ascontiguousarray(x)
+        p = mem.raw_alloc(max(x.nbytes, 8), mem.free_stream, "probe")
+        ok(cu.cuMemcpyHtoD(p, x.ctypes.data, x.nbytes))
+        return p
+
+    def get(p, shape):
+        out = np.empty(shape)
+        ok(cu.cuMemcpyDtoH(out.ctypes.data, p, out.nbytes))
+        return out
+
+    A, B = put(spd), put(rhs)
+    work = mem.raw_alloc(1 << 24, mem.free_stream, "probe")
+    info = mem.raw_alloc(64, mem.free_stream, "probe")
+    ipiv = mem.raw_alloc(8 * n, mem.free_stream, "probe")
+    Wv = mem.raw_alloc(8 * n, mem.free_stream, "probe")
+    S = mem.raw_alloc(8 * n, mem.free_stream, "probe")
+    T = mem.raw_alloc(8 * n * n, mem.free_stream, "probe")
+    X = mem.raw_alloc(8 * n, mem.free_stream, "probe")
+    tau = mem.raw_alloc(8 * n, mem.free_stream, "probe")
+    ctx.synchronize()
+    LOW = int(cublas.FillMode.LOWER)
+    lw = 1 << 21  # doubles of workspace (16 MiB)
+
+    def reset(h):
+        ok(cu.cuMemcpyDtoDAsync(T, A, 8 * n * n, st))
+        ok(cu.cuMemcpyDtoDAsync(X, B, 8 * n, st))
+
+    routines = {
+        "potrf+potrs": (lambda h: (reset(h), sv.dpotrf(h, LOW, n, T, n, work, lw, info),
+                                   sv.dpotrs(h, LOW, n, 1, T, n, X, n, info)),
+                        lambda: get(X, (n,)), np.linalg.solve(spd, rhs)),
+        "getrf+getrs": (lambda h: (reset(h), sv.dgetrf(h, n, n, T, n, work, ipiv, info),
+                                   sv.dgetrs(h, 0, n, 1, T, n, ipiv, X, n, info)),
+                        lambda: get(X, (n,)), np.linalg.solve(spd, rhs)),
+        "geqrf": (lambda h: (reset(h), sv.dgeqrf(h, n, n, T, n, tau, work, lw, info)),
+                  lambda: np.abs(np.diag(get(T, (n, n)))), np.abs(np.diag(np.linalg.qr(spd)[1]))),
+        "geqrf+orgqr": (lambda h: (reset(h), sv.dgeqrf(h, n, n, T, n, tau, work, lw, info),
+                                   sv.dorgqr(h, n, n, n, T, n, tau, work, lw, info)),
+                        lambda: np.abs(get(T, (n, n))), np.abs(np.linalg.qr(spd.T)[0].T)),
+        "gesvd": (lambda h: (reset(h), sv.dgesvd(h, ord("N"), ord("N"), n, n, T, n, S, 0, n, 0, n, work, lw, 0, info)),
+                  lambda: get(S, (n,)), np.linalg.svd(spd, compute_uv=False)),
+        "syevd": (lambda h: (reset(h), sv.dsyevd(h, int(cusolver.EigMode.NOVECTOR), LOW, n, T, n,
+                                                 Wv, work, lw, info)),
+                  lambda: get(Wv, (n,)), np.linalg.eigvalsh(spd)),
+    }
+    for name, (call, read, want) in routines.items():
+        for warm in (False, True):
+            h = sv.create()
+            sv.set_stream(h, lane.handle)
+            try:
+                if warm:
+                    call(h)
+                    ok(cu.cuStreamSynchronize(st))
+                ok(cu.cuStreamBeginCapture(st, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+                err = None
+                try:
+                    call(h)
+                except Exception as e:  # noqa: BLE001
+                    err = e
+                cerr, graph = cu.cuStreamEndCapture(st)
+                if err is not None or int(cerr):
+                    print(f"{name:12s} warm={warm!s:5s}: capture failed: {err or cerr!r}")
+                    if graph is not None and not int(cerr):
+                        cu.cuGraphDestroy(graph)
+                    break  # the stream may be unusable after a failed capture: next routine
+                ex = ok(cu.cuGraphInstantiate(graph, 0))
+                ok(cu.cuMemsetD8Async(X, 0, 8 * n, st))
+                ok(cu.cuMemsetD8Async(Wv, 0, 8 * n, st))
+                ok(cu.cuMemsetD8Async(S, 0, 8 * n, st))
+                ok(cu.cuGraphLaunch(ex, st))
+                ok(cu.cuStreamSynchronize(st))
+                good = np.allclose(read(), want, rtol=1e-9)
+                print(f"{name:12s} warm={warm!s:5s}: captured; the graph's result matches numpy: {good}")
+                cu.cuGraphExecDestroy(ex)
+                cu.cuGraphDestroy(graph)
+            finally:
+                sv.destroy(h)
+    s.close()
+
+
+if __name__ == "__main__":
+    main()
