@@ -4,9 +4,10 @@ uncaptured and capture again (a library that sets itself up lazily on first use)
 graph and compare with numpy. Prints one line per routine and attempt; after a failed capture the
 routine's second attempt is skipped (the eager call after a failed syevd capture failed too).
 
-On the H200 (2026-11-30, cuSOLVER of CUDA 13): potrf+potrs, getrf+getrs and geqrf capture and replay
-correctly; syevd fails capture with INTERNAL_ERROR (so laneflow refuses to capture eigh and svd and
-replays those plans as commands).
+On the H200 (2026-11-30, cuSOLVER of CUDA 13; docs/perf/probe-solver-capture-h200-2026-11-30.txt):
+potrf+potrs, getrf+getrs, geqrf and geqrf+orgqr capture and replay correctly; gesvd and syevd fail
+capture (INTERNAL_ERROR, EXECUTION_FAILED), so laneflow refuses to capture eigh and svd and replays
+those plans as commands.
 
     python tools/probe_solver_capture.py
 """

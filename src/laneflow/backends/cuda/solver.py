@@ -49,8 +49,8 @@ MiB = 1 << 20
 #: Per-lane scratch needs up to this size are kept (and reused) by the pool; larger ones are per call.
 SCRATCH_CACHE_LIMIT = 64 * MiB
 _ALIGN = 256
-#: Routines stream capture fails on (measured on an H200, cuSOLVER of CUDA 13: syevd returns
-#: INTERNAL_ERROR while captured; gesvd is refused with it until measured otherwise).
+#: Routines stream capture fails on (tools/probe_solver_capture.py on an H200, cuSOLVER of CUDA 13:
+#: gesvd and syevd fail while captured; potrf/potrs, getrf/getrs, geqrf/orgqr capture and replay).
 NOT_CAPTURABLE = {"eigh": "syevd", "svd": "gesvd"}
 
 
