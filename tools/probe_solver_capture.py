@@ -19,13 +19,8 @@ from cuda.bindings import driver as cu
 from nvmath.bindings import cublas, cusolver, cusolverDn as sv
 
 import laneflow as lf
+from laneflow.backends.cuda.driver import check
 
-
-def ok(r):
-    err = r[0] if isinstance(r, tuple) else r
-    if int(err):
-        raise RuntimeError(f"driver error {err!r}")
-    return r[1] if isinstance(r, tuple) and len(r) > 1 else None
 
 
 def main(n: int = 8) -> None:
@@ -42,12 +37,12 @@ def main(n: int = 8) -> None:
     def put(x):
         x = np.ascontiguousarray(x)
         p = mem.raw_alloc(max(x.nbytes, 8), mem.free_stream, "probe")
-        ok(cu.cuMemcpyHtoD(p, x.ctypes.data, x.nbytes))
+        check(cu.cuMemcpyHtoD(p, x.ctypes.data, x.nbytes), "cuMemcpyHtoD")
         return p
 
     def get(p, shape):
         out = np.empty(shape)
-        ok(cu.cuMemcpyDtoH(out.ctypes.data, p, out.nbytes))
+        check(cu.cuMemcpyDtoH(out.ctypes.data, p, out.nbytes), "cuMemcpyDtoH")
         return out
 
     A, B = put(spd), put(rhs)
@@ -64,8 +59,8 @@ def main(n: int = 8) -> None:
     lw = 1 << 21  # doubles of workspace (16 MiB)
 
     def reset(h):
-        ok(cu.cuMemcpyDtoDAsync(T, A, 8 * n * n, st))
-        ok(cu.cuMemcpyDtoDAsync(X, B, 8 * n, st))
+        check(cu.cuMemcpyDtoDAsync(T, A, 8 * n * n, st), "cuMemcpyDtoDAsync")
+        check(cu.cuMemcpyDtoDAsync(X, B, 8 * n, st), "cuMemcpyDtoDAsync")
 
     routines = {
         "potrf+potrs": (lambda h: (reset(h), sv.dpotrf(h, LOW, n, T, n, work, lw, info),
@@ -92,8 +87,8 @@ def main(n: int = 8) -> None:
             try:
                 if warm:
                     call(h)
-                    ok(cu.cuStreamSynchronize(st))
-                ok(cu.cuStreamBeginCapture(st, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+                    check(cu.cuStreamSynchronize(st), "cuStreamSynchronize")
+                check(cu.cuStreamBeginCapture(st, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture")
                 err = None
                 try:
                     call(h)
@@ -105,12 +100,12 @@ def main(n: int = 8) -> None:
                     if graph is not None and not int(cerr):
                         cu.cuGraphDestroy(graph)
                     break  # the stream may be unusable after a failed capture: next routine
-                ex = ok(cu.cuGraphInstantiate(graph, 0))
-                ok(cu.cuMemsetD8Async(X, 0, 8 * n, st))
-                ok(cu.cuMemsetD8Async(Wv, 0, 8 * n, st))
-                ok(cu.cuMemsetD8Async(S, 0, 8 * n, st))
-                ok(cu.cuGraphLaunch(ex, st))
-                ok(cu.cuStreamSynchronize(st))
+                ex = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+                check(cu.cuMemsetD8Async(X, 0, 8 * n, st), "cuMemsetD8Async")
+                check(cu.cuMemsetD8Async(Wv, 0, 8 * n, st), "cuMemsetD8Async")
+                check(cu.cuMemsetD8Async(S, 0, 8 * n, st), "cuMemsetD8Async")
+                check(cu.cuGraphLaunch(ex, st), "cuGraphLaunch")
+                check(cu.cuStreamSynchronize(st), "cuStreamSynchronize")
                 good = np.allclose(read(), want, rtol=1e-9)
                 print(f"{name:12s} warm={warm!s:5s}: captured; the graph's result matches numpy: {good}")
                 cu.cuGraphExecDestroy(ex)

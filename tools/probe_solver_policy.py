@@ -23,13 +23,8 @@ from cuda.bindings import driver as cu
 from nvmath.bindings import cublas, cusolverDn as sv
 
 import laneflow as lf
+from laneflow.backends.cuda.driver import check
 
-
-def ok(r):
-    err = r[0] if isinstance(r, tuple) else r
-    if int(err):
-        raise RuntimeError(f"driver error {err}")
-    return r[1] if isinstance(r, tuple) and len(r) > 1 else None
 
 
 def per_call(fn, calls=256, reps=21) -> float:
@@ -54,7 +49,7 @@ def main(n: int = 64, lanes: int = 16, solves: int = 1024) -> None:
     def put(a):
         a = np.ascontiguousarray(a)
         p = mem.raw_alloc(a.nbytes, mem.free_stream, "probe")
-        ok(cu.cuMemcpyHtoD(p, a.ctypes.data, a.nbytes))
+        check(cu.cuMemcpyHtoD(p, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
         return p
 
     pm, prhs = put(m), put(rhs)
@@ -80,8 +75,8 @@ def main(n: int = 64, lanes: int = 16, solves: int = 1024) -> None:
     print(f"cublasSetStream alternating       {per_call(lambda i: cublas.set_stream(hb, b if i & 1 else a)):7.2f} us")
 
     def solve(h, k, st):
-        ok(cu.cuMemcpyDtoDAsync(lu[k], pm, n * n * 8, st))
-        ok(cu.cuMemcpyDtoDAsync(x[k], prhs, n * 8, st))
+        check(cu.cuMemcpyDtoDAsync(lu[k], pm, n * n * 8, st), "cuMemcpyDtoDAsync")
+        check(cu.cuMemcpyDtoDAsync(x[k], prhs, n * 8, st), "cuMemcpyDtoDAsync")
         sv.dgetrf(h, n, n, lu[k], n, ws[k], ipiv[k], info[k])
         sv.dgetrs(h, 1, n, 1, lu[k], n, ipiv[k], x[k], n, info[k])
 
@@ -100,22 +95,22 @@ def main(n: int = 64, lanes: int = 16, solves: int = 1024) -> None:
     ctx.synchronize()
 
     # 3. events instead of switching: the handle stays on its own stream
-    home = ok(cu.cuStreamCreate(1))  # non-blocking
+    home = check(cu.cuStreamCreate(1), "cuStreamCreate")  # non-blocking
     sv.set_stream(hs, int(home))
-    evs = [ok(cu.cuEventCreate(2)) for _ in range(4 * lanes)]  # CU_EVENT_DISABLE_TIMING
+    evs = [check(cu.cuEventCreate(2), "cuEventCreate") for _ in range(4 * lanes)]  # CU_EVENT_DISABLE_TIMING
 
     def by_events(i):
         k = i % lanes
         st = streams[k]
         e1, e2 = evs[(2 * i) % len(evs)], evs[(2 * i + 1) % len(evs)]
-        ok(cu.cuEventRecord(e1, st))
-        ok(cu.cuStreamWaitEvent(home, e1, 0))
-        ok(cu.cuMemcpyDtoDAsync(lu[k], pm, n * n * 8, home))
-        ok(cu.cuMemcpyDtoDAsync(x[k], prhs, n * 8, home))
+        check(cu.cuEventRecord(e1, st), "cuEventRecord")
+        check(cu.cuStreamWaitEvent(home, e1, 0), "cuStreamWaitEvent")
+        check(cu.cuMemcpyDtoDAsync(lu[k], pm, n * n * 8, home), "cuMemcpyDtoDAsync")
+        check(cu.cuMemcpyDtoDAsync(x[k], prhs, n * 8, home), "cuMemcpyDtoDAsync")
         sv.dgetrf(hs, n, n, lu[k], n, ws[k], ipiv[k], info[k])
         sv.dgetrs(hs, 1, n, 1, lu[k], n, ipiv[k], x[k], n, info[k])
-        ok(cu.cuEventRecord(e2, home))
-        ok(cu.cuStreamWaitEvent(st, e2, 0))
+        check(cu.cuEventRecord(e2, home), "cuEventRecord")
+        check(cu.cuStreamWaitEvent(st, e2, 0), "cuStreamWaitEvent")
     events = per_call(by_events, calls=32)
     ctx.synchronize()
     print(f"solve, one handle on one stream    {same:7.2f} us host")
@@ -142,7 +137,7 @@ def main(n: int = 64, lanes: int = 16, solves: int = 1024) -> None:
     print(f"solves/s: switching {r_switch:.0f}, handle per stream {r_own:.0f} "
           f"({r_switch / r_own:.2f}x), events {r_events:.0f} ({r_events / r_own:.2f}x)")
     got = np.empty(n)
-    ok(cu.cuMemcpyDtoH(got.ctypes.data, x[0], n * 8))
+    check(cu.cuMemcpyDtoH(got.ctypes.data, x[0], n * 8), "cuMemcpyDtoH")
     print("solve matches numpy:", bool(np.allclose(got, np.linalg.solve(m, rhs))))  # op T on the column-major m^T
     for h in [hs, *per_stream]:
         sv.destroy(h)

@@ -40,8 +40,9 @@ from cuda.bindings import driver as cu
 from ...runtime.buffer import Buffer
 from ...errors import OutOfMemoryError
 from ...runtime.encoder import LOCK
-from .handles import device_handles
+from .checks import SLOT_WORDS, SlotCheck, slots_of
 from .driver import check
+from .handles import device_handles
 from .lanes import CudaLane
 from .memory import DeviceArray, ViewArray
 
@@ -450,9 +451,7 @@ class GraphPlan:
         lanes = self._capture_lanes()
         ctx.ensure_current()
         if self.has_linalg:  # the graphs' cuSOLVER pool exists (and its handle, below) before capture
-            from .solver import _lib as _solver
-
-            _solver(ctx).graph_pool()
+            device_handles(ctx).pool("cusolverDn-graph")
         _prewarm_libraries(ctx, lanes)
         temps = _Temps(mem)
         events = []
@@ -536,12 +535,7 @@ class GraphPlan:
 
     # -- teardown --------------------------------------------------------------------------------
     def _free_temps(self, temps: _Temps) -> None:
-        last = self.last_point
-        after = (last,) if last is not None else ()
-        for p in temps.ptrs:
-            self.ctx.memory.pending.append((p, None, after))
-        temps.ptrs = set()
-        _give_back_checks(self.ctx, temps, last)
+        _release_temps(self.ctx, temps, self.last_point)
 
     def _drop_lanes(self) -> None:
         last = self.last_point
@@ -572,12 +566,8 @@ class _Closer:
         self.ctx.ensure_current()
         for ex in self.execs:
             cu.cuGraphExecDestroy(ex)  # an in-flight launch completes first
-        last = self.last
-        after = (last,) if last is not None else ()
         for t in self.temps:
-            for p in t.ptrs:
-                self.ctx.memory.pending.append((p, None, after))
-            _give_back_checks(self.ctx, t, last)
+            _release_temps(self.ctx, t, self.last)
         for lane in self.lanes:
             if self.last is not None:
                 lane._enqueue_wait(self.last)
@@ -800,11 +790,13 @@ def _assign_branches(deps: list[list[int]], limit: int) -> tuple[list[int], int]
     return branch_of, max(1, len(tails))
 
 
-def _give_back_checks(ctx, temps: _Temps, last) -> None:
-    """A dropped graph's check slots return to the pool once its last launch (``last``) is done."""
+def _release_temps(ctx, temps: _Temps, last) -> None:
+    """A dropped graph's scratch and check slots go back once its last launch (``last``) is done."""
+    after = (last,) if last is not None else ()
+    for p in temps.ptrs:
+        ctx.memory.pending.append((p, None, after))
+    temps.ptrs = set()
     if temps.checks:
-        from .checks import slots_of
-
         slots = slots_of(ctx)
         for slot, _explain in temps.checks:
             slots.give_back(slot, last.lane if last is not None else None, last.seq if last is not None else 0)
@@ -815,8 +807,6 @@ def _launch_checks(lane, checks: list) -> None:
     """After a launch on ``lane``: copy each check slot the graph's kernels wrote into a fresh slot,
     in stream order, and attach it to the launch (``lane.defer``), so this call's values are checked
     with what this launch wrote even when a later launch rewrites the graph's slots first."""
-    from .checks import SLOT_WORDS, SlotCheck, slots_of
-
     slots = slots_of(lane.ctx)
     s = lane.stream
     for slot, explain in checks:

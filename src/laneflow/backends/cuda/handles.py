@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from cuda.bindings import driver as cu
 
+from ...runtime.buffer import Buffer
 from ...runtime.handle_pool import HandlePool
 from .driver import check
 
@@ -194,19 +195,9 @@ class DeviceHandles:
         self._lock = threading.Lock()
         self.pools: dict[str, HandlePool] = {}
         self.solver: Any = None  # per-device cuSOLVER state of backends/cuda/solver.py
-        self._token: Any = None
-
-    @property
-    def graph_token(self) -> Any:
-        """A memoryless buffer every launch of a graph with captured cuSOLVER calls writes, so the
-        encoder runs those launches one after another (they share the ``cusolverDn-graph`` handle)."""
-        if self._token is None:
-            with self._lock:
-                if self._token is None:
-                    from ...runtime.buffer import Buffer
-
-                    self._token = Buffer(None, 0, _NoMemory())  # only its writer matters
-        return self._token
+        # A memoryless buffer every launch of a graph with captured cuSOLVER calls writes, so the
+        # encoder runs those launches one after another (they share the ``cusolverDn-graph`` handle).
+        self.graph_token = Buffer(None, 0, _NoMemory())
 
     def pool(self, name: str) -> HandlePool:
         p = self.pools.get(name)

@@ -66,7 +66,6 @@ class SolverLib:
         self.OP_N, self.OP_T = int(cublas.Operation.N), int(cublas.Operation.T)
         self.VECTOR, self.NOVECTOR = int(cusolver.EigMode.VECTOR), int(cusolver.EigMode.NOVECTOR)
         self.pool = device_handles(ctx).pool("cusolverDn")
-        self._graph_pool = None
         self._lwork: dict = {}
 
     def pool_for(self, lane):
@@ -77,14 +76,7 @@ class SolverLib:
         if temps is None:
             return self.pool
         temps.exclusive = True
-        return self.graph_pool()
-
-    def graph_pool(self):
-        """The graphs' cuSOLVER pool of the device (made before a capture: ``GraphPlan._capture``)."""
-        p = self._graph_pool
-        if p is None:
-            p = self._graph_pool = device_handles(self.ctx).pool("cusolverDn-graph")
-        return p
+        return device_handles(self.ctx).pool("cusolverDn-graph")  # made before the capture (GraphPlan._capture)
 
     def fn(self, dtype, name: str):
         return getattr(self.sv, ("s" if dtype == np.float32 else "d") + name)
@@ -144,9 +136,9 @@ class _Scratch:
 
     def __enter__(self):
         need = sum(self.sizes)
-        # While a CUDA graph is captured, scratch must be the graph's (memory.capture), never the pool's.
-        cached = need <= SCRATCH_CACHE_LIMIT and getattr(self.call.lane.ctx.memory, "capture", None) is None
         lane = self.call.lane
+        # While a CUDA graph is captured, scratch must be the graph's (memory.capture), never the pool's.
+        cached = need <= SCRATCH_CACHE_LIMIT and lane.ctx.memory.capture is None
         self.entry = self.lib.pool_for(lane).use(lane, need if cached else 0)  # locked until __exit__
         h, ws = self.entry.current
         try:
