@@ -18,6 +18,7 @@ class ExecutionError(LaneflowError):
     def __init__(self, op: str, cause: BaseException):
         self.op = op
         super().__init__(f"{op}: failed while running: {type(cause).__name__}: {cause}")
+        self.__cause__ = cause
 
 
 class OutOfMemoryError(LaneflowError, MemoryError):

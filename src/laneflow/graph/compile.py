@@ -92,7 +92,7 @@ class _Plan:
     __slots__ = ("steps", "deps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit",
                  "unit_note", "lazy")
 
-    def __init__(self, steps, outputs, treedef, n_slots, memory=None, deps=None):
+    def __init__(self, steps, outputs, treedef, n_slots, memory, deps):
         self.steps, self.outputs, self.n_slots = steps, outputs, n_slots
         if treedef == (list, tuple([_LEAF] * len(outputs))):  # a flat list: returned as built
             treedef = _FLAT_LIST.setdefault(len(outputs), treedef)
@@ -102,7 +102,7 @@ class _Plan:
         slots = [ref[1] for ref, *_ in outputs if ref[0] == "slot"]
         self.lazy = ([(ref[1], shape, dtype, st, st.device) for ref, shape, dtype, st in outputs]
                      if len(slots) == len(outputs) == len(set(slots)) else None)
-        self.deps = deps if deps is not None else step_deps(steps)  # per step: the steps it reads from
+        self.deps = deps       # per step: the steps it reads from (step_deps)
         self.memory = memory   # MemoryPlan over intermediate slots, or None
         self.arena = None      # slot -> (region buffer, view), made at the first replay
         self.calls = 0

@@ -43,6 +43,7 @@ class MatmulGroup(Primitive):
     ``c_0..c_{n-1}`` with ``c_i = a_i @ b_i``."""
 
     kind = "matmul_group"
+    one_allocation = True  # its outputs are alike, made and usually dropped together
 
     def __init__(self, n: int):
         super().__init__(f"matmul (group of {n})")

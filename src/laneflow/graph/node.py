@@ -14,10 +14,13 @@ class Primitive:
     """What a node computes. ``kind`` names the kernel family a backend implements; ``name`` is the
     user-facing op name used in errors, stats and traces. ``donates``: output 0 may reuse input 0's
     buffer when nothing else can observe it (same shape and dtype), which is a real in-place write.
+    ``one_allocation``: the outputs (alike, made and usually dropped together) share one allocation
+    where the backend offers ``allocate_many``.
     """
 
     kind = "?"
     donates = False
+    one_allocation = False
 
     def __init__(self, name: str):
         self.name = name

@@ -167,9 +167,9 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
         if copy is not None:
             stream.encoder.encode(prim.name, copy, (), (buf,))
         return [buf]
-    # A grouped matmul's outputs (alike, made and usually dropped together) share one allocation;
-    # other multi-output ops (svd: u, s, vh) keep one each, as their outputs live apart.
-    many = getattr(backend, "allocate_many", None) if prim.kind == "matmul_group" else None
+    # Outputs of a primitive that asks for it (a grouped matmul's) share one allocation; other
+    # multi-output ops (svd: u, s, vh) keep one each, as their outputs live apart.
+    many = getattr(backend, "allocate_many", None) if prim.one_allocation else None
     if many is not None:
         out_bufs = many(outs[0].device, [(o.shape, o.dtype) for o in outs], prim.name)
     else:

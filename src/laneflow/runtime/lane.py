@@ -96,7 +96,6 @@ class Command:
                 err = e
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes the op's error
                 err = ExecutionError(self.op, e)
-                err.__cause__ = e
             finally:
                 lane.checks = None
                 for c in found:  # also after a failure: a kernel may have been launched

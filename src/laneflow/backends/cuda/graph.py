@@ -107,7 +107,6 @@ class _Temps:
         self.mem = mem
         self.ptrs: set[int] = set()
         self.checks: list = []      # (check slot of the graph, explain) of captured kernels (checks.deferred)
-        self.exclusive = False      # cuSOLVER calls were captured: launches are ordered (graph_token)
 
     def alloc(self, nbytes: int) -> int:
         mem = self.mem
@@ -195,7 +194,8 @@ class GraphPlan:
         self._read_writers: list | None = None  # the writers of _reads at a launch that found them clean
         self._static_writes: list | None = None
         self._copies: list = []
-        self.exclusive = False  # its graphs hold cuSOLVER calls (``_Temps.exclusive``)
+        # cuSOLVER calls in the graph: they run on the graphs' own handle, so launches of such graphs
+        # go one after another (each writes the device's graph token)
         self.has_linalg = any(prim.kind == "linalg" for prim, *_ in steps)
 
     # -- public ----------------------------------------------------------------------------------
@@ -388,7 +388,7 @@ class GraphPlan:
             self._read_writers = writers if clean else None
         if self._static_writes is None:
             self._static_writes = [*self.regions, *self.staged.values()]
-            if self.exclusive:  # captured cuSOLVER calls: launches of such graphs one after another
+            if self.has_linalg:  # captured cuSOLVER calls: launches of such graphs one after another
                 self._static_writes.append(device_handles(ctx).graph_token)
             self._copies = [(self.staged[i].data.ptr, i, self.arg_nbytes[i]) for i in self.staged
                             if self.arg_nbytes[i]]
@@ -526,9 +526,6 @@ class GraphPlan:
             cu.cuGraphDestroy(graph)
         self.captures += 1
         o.stale = False
-        if temps.exclusive and not self.exclusive:
-            self.exclusive = True
-            self._static_writes = None  # launches now also write the graph token
         old, o.temps = o.temps, temps
         if old is not None:  # the previous graph's scratch, once its last launch is done
             self._free_temps(old)

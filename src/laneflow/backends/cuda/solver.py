@@ -71,11 +71,9 @@ class SolverLib:
     def pool_for(self, lane):
         """The handle pool for a command on ``lane``: the device's, or while a CUDA graph is captured
         the graphs' own (``cusolverDn-graph``: a captured kernel keeps its handle's internal state, so
-        graphs never share a handle with eager calls), and the capture is marked as needing it."""
-        temps = lane.ctx.memory.capture
-        if temps is None:
+        graphs never share a handle with eager calls)."""
+        if lane.ctx.memory.capture is None:
             return self.pool
-        temps.exclusive = True
         return device_handles(self.ctx).pool("cusolverDn-graph")  # made before the capture (GraphPlan._capture)
 
     def fn(self, dtype, name: str):

@@ -18,7 +18,7 @@ from ....errors import ExecutionError, LaneflowError
 from ..checks import deferred
 from . import cdefs as C
 from .launch import grid_1d
-from .plan import MAXD, broadcast_strides, classify, collapse, contiguous_strides
+from .plan import MAXD, contiguous_strides, operand_layout
 
 _UFUNC = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
@@ -341,6 +341,10 @@ class KernelPair:
 
     __slots__ = ("spec", "build", "kern", "vspec", "vbuild", "vkern", "vptrs")
 
+    def __init__(self, spec: tuple, build) -> None:
+        self.spec, self.build = spec, build
+        self.kern = self.vkern = self.vspec = None  # no vector kernel unless the caller sets vspec
+
     def vector(self, ctx, out, ins):
         """The vector kernel, when this launch can take it; else None."""
         if self.vspec is None or out.ptr & (VEC_ALIGN - 1):
@@ -408,28 +412,19 @@ def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple) -> _Pl
         loop = _widen_for_big_scalars(operands, loop)
     arrays = [ins[o] for o in operands if o.__class__ is int]
     shape = out.shape
-    sets = [broadcast_strides(a.shape, shape) for a in arrays]
-    cshape, csets = collapse(shape, sets)
-    if len(cshape) > MAXD:
+    layout = operand_layout(arrays, shape)
+    if layout is None:
         raise LaneflowError(f"elementwise {fn}: more than {MAXD} non-mergeable dimensions")
-    kinds = []
-    ai = 0
-    for o in operands:
-        if o.__class__ is int:
-            kinds.append(classify(csets[ai], cshape))
-            ai += 1
-        else:
-            kinds.append("S")
-    kinds = tuple(kinds)
+    cshape, csets, array_kinds = layout
+    it = iter(array_kinds)
+    kinds = tuple(next(it) if o.__class__ is int else "S" for o in operands)
     in_dts = tuple(a.dtype for a in arrays)
     sc_dts = tuple(loop[j] for j, kd in enumerate(kinds) if kd == "S")
     wide = n >= 2**31 - 2**20
     nd = len(cshape)
     strided_idx = [k for k, kd in enumerate([kd for kd in kinds if kd != "S"]) if kd == "g"]
-    p = _Plan()
-    p.spec = ("ew", fn, kinds, in_dts, tuple(loop), out.dtype, out_loop, nd if strided_idx else 0, wide)
-    p.build = lambda: _build(fn, kinds, in_dts, loop, sc_dts, out.dtype, out_loop, nd, wide)
-    p.kern = p.vkern = None
+    p = _Plan(("ew", fn, kinds, in_dts, tuple(loop), out.dtype, out_loop, nd if strided_idx else 0, wide),
+              lambda: _build(fn, kinds, in_dts, loop, sc_dts, out.dtype, out_loop, nd, wide))
     p.steps = tuple((j, None if o.__class__ is int else _converter(loop[j])) for j, o in enumerate(operands))
     tail = []
     if strided_idx:
@@ -440,7 +435,6 @@ def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple) -> _Pl
     p.tail = tuple(tail)
     p.grid = grid_1d(ctx, (n + 3) // 4)
     vk = vector_kinds(kinds, csets, cshape, n) if _vector_enabled else None
-    p.vspec = None
     if vk is not None:
         p.vspec = ("ewv", fn, vk, in_dts, tuple(loop), out.dtype, out_loop, wide)
         p.vbuild = lambda: _build(fn, vk, in_dts, loop, sc_dts, out.dtype, out_loop, 0, wide, vec=True)
@@ -523,17 +517,10 @@ def _check_int_power(lane, prim, ins, out) -> None:
 def _neg_power_error(words):
     if not words[0]:
         return None
-    cause = ValueError(_NEG_POWER)
-    err = ExecutionError("power", cause)
-    err.__cause__ = cause
-    return err
+    return ExecutionError("power", ValueError(_NEG_POWER))
 
 
 def _build_negcheck(dtype):
     st = C.storage(dtype)
-    src = (f'extern "C" __global__ void lf_negcheck(const {st}* __restrict__ e, long long n, '
-           "unsigned long long* __restrict__ slot) {\n"
-           "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"
-           " i += (long long)blockDim.x * gridDim.x)\n"
-           "    if (e[i] < 0) slot[0] = 1;\n}\n")
-    return src, "lf_negcheck", "pqp"
+    sig = [f"const {st}* __restrict__ e", "long long n", "unsigned long long* __restrict__ slot"]
+    return grid_loop("lf_negcheck", sig, "long long", "    if (e[i] < 0) slot[0] = 1;\n"), "lf_negcheck", "pqp"

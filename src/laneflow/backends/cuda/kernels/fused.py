@@ -21,7 +21,7 @@ from .elementwise import (_COMPARE, VEC, KernelPair, _converter, _py_type, _resu
                           vector_grid, vector_kinds, vector_loop)
 from . import elementwise as _ew
 from .launch import grid_1d
-from .plan import MAXD, broadcast_strides, classify, collapse
+from .plan import operand_layout
 
 _plans: dict = {}
 
@@ -94,11 +94,10 @@ def _geometry(ins, out) -> tuple | None:
     if all(a.shape == shape or a.size == 1 for a in ins):
         kinds = tuple("c" if a.shape == shape or n == 1 else "s" for a in ins)
         return kinds, 0, (), kinds, None
-    sets = [broadcast_strides(a.shape, shape) for a in ins]
-    cshape, csets = collapse(shape, sets)
-    if len(cshape) > MAXD:
+    layout = operand_layout(ins, shape)
+    if layout is None:
         return None
-    kinds = tuple(classify(cs, cshape) for cs in csets)
+    cshape, csets, kinds = layout
     strided = [k for k, kd in enumerate(kinds) if kd == "g"]
     vk = vector_kinds(kinds, csets, cshape, 0)
     return (kinds, len(cshape) if strided else 0, ((cshape, *(csets[k] for k in strided)) if strided else ()), vk,
@@ -152,14 +151,11 @@ def fused(lane, prim, ins, outs) -> None:
             _stepwise(lane, steps, ins, out)
             return
         kinds, nd, tail, vk, cols = geo
-        plan = _plans[key] = _FusedPlan()
-        plan.spec = ("fused", shape_of, in_dts, kinds, nd, out.dtype, wide)
-        plan.build = lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd)
-        plan.kern = plan.vkern = None
+        plan = _plans[key] = _FusedPlan(("fused", shape_of, in_dts, kinds, nd, out.dtype, wide),
+                                        lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd))
         plan.convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
                            for q, o in enumerate(ops) if o.__class__ is not int)
         plan.tail = tail
-        plan.vspec = None
         if vk is not None and _ew._vector_enabled:
             plan.vspec = ("fusedv", shape_of, in_dts, vk, out.dtype, wide)
             plan.vbuild = lambda: _build(steps, loops, in_dts, out.dtype, wide, vk, 0, vec=True)

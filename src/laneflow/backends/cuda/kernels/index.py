@@ -141,10 +141,7 @@ def _index_error(op: str, adv: _Advanced):
         bad = int(np.int64(np.uint64(words[2 * k + 1])))  # the index as the kernel read it (signed)
         lim = lims[k] if len(lims) <= CHECK_ARRAYS or k < CHECK_ARRAYS - 1 else None
         size = f"size {lim}" if lim is not None else "its size"
-        cause = IndexError(f"index {bad} is out of bounds for axis with {size}")
-        err = ExecutionError(op, cause)
-        err.__cause__ = cause
-        return err
+        return ExecutionError(op, IndexError(f"index {bad} is out of bounds for axis with {size}"))
     return explain
 
 

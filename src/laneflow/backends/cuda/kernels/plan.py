@@ -56,6 +56,16 @@ def classify(strides: tuple, shape: tuple) -> str:
     return "g"
 
 
+def operand_layout(arrays: list, shape: tuple) -> tuple | None:
+    """(collapsed shape, collapsed strides per array, kind per array (:func:`classify`)) of arrays
+    broadcast against an output of ``shape``; None when more than MAXD dimensions stay unmerged."""
+    sets = [broadcast_strides(a.shape, shape) for a in arrays]
+    cshape, csets = collapse(shape, sets)
+    if len(cshape) > MAXD:
+        return None
+    return cshape, csets, tuple(classify(cs, cshape) for cs in csets)
+
+
 def basic_view(shape: tuple, entries: tuple) -> tuple[tuple, tuple, int]:
     """(shape, element strides, element offset) of ``x[entries]`` for ints, slices and None."""
     strides = contiguous_strides(shape)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .... import dtypes as dt
 from . import cdefs as C
+from .launch import grid_1d
 from .plan import ReducePlan, offset_code
 
 _ACC_C = {"bool": "int", "int8": "int", "uint8": "unsigned", "int16": "int", "uint16": "unsigned", "int32": "int",
@@ -448,8 +449,7 @@ def _nn(lane, op: str, x, out, axes: tuple) -> None:
             vpl *= 2
         kern = ctx.modules.get(("nn rows", op, x.dtype, out.dtype, vpl, vec),
                                lambda: _build_warp_rows(op, x.dtype, out.dtype, vpl, vec))
-        grid = (int(min(-(-plan.nout // 8), ctx.sm_count * 64)), 1, 1)
-        kern.launch(lane.stream, grid, (256, 1, 1), (out.ptr, x.ptr, plan.nout, R))
+        kern.launch(lane.stream, grid_1d(ctx, plan.nout, threads=8, per_sm=64), (256, 1, 1), (out.ptr, x.ptr, plan.nout, R))
         return
     cached = op == "softmax" and plan.inner and R * wsize <= 48 * 1024
     spec = ("nn", op, x.dtype, out.dtype, plan.inner, len(plan.kshape), len(plan.rshape), cached)
