@@ -48,4 +48,4 @@ echo "== env"; cat "$OUT/env.txt"
 echo "== pytest"; grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | sed 's/ - .*//' | head -20
 for part in a b c; do tail -1 "$OUT/pytest-$part.log"; done
 echo "== fuzz"; grep -E "passing|failing" "$OUT/fuzz.log"; tail -1 "$OUT/fuzz.log"
-[ -f "$OUT/demo.log" ] && { echo "== demo"; tail -14 "$OUT/demo.log"; }
+if [ -f "$OUT/demo.log" ]; then echo "== demo"; tail -14 "$OUT/demo.log"; fi  # (exit 0 without a demo)
