@@ -8,22 +8,18 @@ import numpy as np
 import pytest
 
 import laneflow as lf
+from laneflow.ops.table import ELEMENTWISE
 from conftest import random_array
 from opcheck import (
     DTYPES, FLOATS, INTS, assert_close, assert_same, erf64, expected_dtype, is_float, name,
     numpy_error, up,
 )
 
-BINARY = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "floor_divide": np.floor_divide, "remainder": np.remainder, "power": np.power,
-    "maximum": np.maximum, "minimum": np.minimum,
-}
-COMPARE = {
-    "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
-    "greater": np.greater, "greater_equal": np.greater_equal,
-}
-LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or}
+# Every binary op of the op table, against its numpy ufunc (a new row is tested here by itself).
+BINARY = {r.name: r.ufunc for r in ELEMENTWISE.values() if r.arity == 2 and r.numpy and not r.predicate}
+COMPARE = {r.name: r.ufunc for r in ELEMENTWISE.values() if r.arity == 2 and r.predicate and r.numpy
+           and not r.name.startswith("logical_")}
+LOGICAL = {r.name: r.ufunc for r in ELEMENTWISE.values() if r.arity == 2 and r.name.startswith("logical_")}
 
 # (shape of a, shape of b): scalars, vectors, broadcasting both ways, and size-0 results.
 SHAPE_PAIRS = [((), ()), ((5,), ()), ((), (3,)), ((2, 3), (3,)), ((4, 1, 3), (2, 1)),

@@ -1,11 +1,8 @@
 """Every op in one namespace (what ``Array`` methods and ``laneflow/__init__`` draw on)."""
 
 from .ops.creation import arange, array, asarray, eye, full, full_like, linspace, ones, ones_like, zeros, zeros_like  # noqa: F401
-from .ops.elementwise import (  # noqa: F401
-    abs, add, clip, cos, divide, equal, erf, exp, floor_divide, greater, greater_equal, isfinite, isnan, less,
-    less_equal, log, log1p, logical_and, logical_not, logical_or, maximum, minimum, multiply, negative,
-    not_equal, power, remainder, rsqrt, sigmoid, sign, sin, sqrt, square, subtract, tanh, where,
-)
+from .ops.elementwise import *  # noqa: F401,F403 - every op of the op table (ops/table.py), power, where, clip
+from .ops.elementwise import GENERATED as _GENERATED
 from .ops.index import getitem, setitem, take  # noqa: F401
 from .ops.linalg import matmul  # noqa: F401
 from .ops.reduce import all, any, argmax, argmin, logsumexp, max, mean, min, prod, softmax, std, sum, var  # noqa: F401
@@ -18,14 +15,14 @@ from .ops.elementwise import bool_only as _bool_only  # noqa: E402
 
 def and_(a, b):
     """``a & b`` on bool arrays."""
-    return _bool_only("&", logical_and, a, b)
+    return _bool_only("&", _GENERATED["logical_and"], a, b)
 
 
 def or_(a, b):
     """``a | b`` on bool arrays."""
-    return _bool_only("|", logical_or, a, b)
+    return _bool_only("|", _GENERATED["logical_or"], a, b)
 
 
 def invert(a):
     """``~a`` on bool arrays."""
-    return _bool_only("~", logical_not, a)
+    return _bool_only("~", _GENERATED["logical_not"], a)

@@ -4,8 +4,8 @@ Python host time, not the GPU, limits a chain of small elementwise ops: each op 
 costs an allocation, a launch and an event record. At ``lf.eval`` this pass merges an elementwise
 node with the elementwise nodes that feed only it: a producer is absorbed when it is pending, has
 exactly one use (its consumer) and no user-visible array, has the shape of the group (every step has
-the output's shape; inputs from outside may broadcast: a keepdims reduction, a bias row), is not
-``power`` (whose integer case has a host-side check) and the group stays within :data:`MAX_FUSE` ops. The group becomes one :class:`FusedNode` computing the root;
+the output's shape; inputs from outside may broadcast: a keepdims reduction, a bias row), fuses by
+the op table (``power``, whose integer case has a host-side check, does not) and the group stays within :data:`MAX_FUSE` ops. The group becomes one :class:`FusedNode` computing the root;
 its inputs are the group's external values.
 
 Results are those of the unfused ops, bit for bit: each step computes in its own loop dtype and is
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 
+from ..ops import table
 from .node import ArrayData, Primitive
 
 #: Most ops in one fused kernel (a longer chain becomes several kernels that each compile once).
@@ -70,8 +71,7 @@ def _fusible(d: ArrayData) -> bool:
     p = d.prim
     if p is None or d.siblings is not None:
         return False
-    k = p.kind
-    return (k == "elementwise" and p.fn != "power") or k == "astype"
+    return p.kind in _KINDS and table.fuses(p)
 
 
 def fuse(items: list) -> list | None:

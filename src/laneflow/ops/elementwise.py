@@ -10,6 +10,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..streams import current_stream
 from .core import broadcast_shapes, cast, describe, node, operand, stream_of, to_stream
+from . import table
 from .primitives import Elementwise, Scalar
 
 _PY_SCALARS = (bool, int, float)
@@ -92,8 +93,9 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
 _PRIM_CACHE_MAX = 64
 
 
-def _binary(name: str, npname: str | None = None):
-    ufunc = getattr(np, npname or name)
+def _binary(row: table.Elementwise):
+    name = row.name
+    ufunc = row.ufunc
     both = Elementwise(name, name, (0, 1))
     with_scalar: dict = {}  # (type, value) -> prim; never 0 (0.0 and -0.0 are equal keys) nor NaN
 
@@ -123,12 +125,13 @@ def _binary(name: str, npname: str | None = None):
         return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"Elementwise ``{name}`` with broadcasting (numpy's ``np.{npname or name}``)."
+    op.__doc__ = row.doc or f"Elementwise ``{name}`` with broadcasting (numpy's ``np.{row.numpy}``)."
     return op
 
 
-def _unary(name: str, npname: str | None = None):
-    ufunc = getattr(np, npname or name)
+def _unary(row: table.Elementwise):
+    name = row.name
+    ufunc = row.ufunc
     prim = Elementwise(name, name, (0,))
 
     def op(x: Any, /, *, stream: Any = None) -> Array:
@@ -142,16 +145,15 @@ def _unary(name: str, npname: str | None = None):
         return apply(name, (x,), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"Elementwise ``{name}`` (numpy's ``np.{npname or name}``)."
+    op.__doc__ = row.doc or f"Elementwise ``{name}`` (numpy's ``np.{row.numpy or row.like}``)."
     return op
 
 
-add = _binary("add")
-subtract = _binary("subtract")
-multiply = _binary("multiply")
-divide = _binary("divide")
-floor_divide = _binary("floor_divide")
-remainder = _binary("remainder")
+#: The public elementwise ops made from the op table (``ops/table.py``), by name.
+GENERATED: dict = {row.name: (_unary if row.arity == 1 else _binary)(row)
+                   for row in table.ELEMENTWISE.values() if row.public}
+globals().update(GENERATED)
+__all__ = [*GENERATED, "power", "where", "clip"]
 
 
 def power(a: Any, b: Any, /, *, stream: Any = None) -> Array:
@@ -167,47 +169,6 @@ def power(a: Any, b: Any, /, *, stream: Any = None) -> Array:
                              "use a float base or exponent, e.g. x.astype(lf.float32) ** -1")
 
     return apply("power", (a, b), stream, fn="power", infer_with=np.power, check=check)
-
-
-maximum = _binary("maximum")
-minimum = _binary("minimum")
-equal = _binary("equal")
-not_equal = _binary("not_equal")
-less = _binary("less")
-less_equal = _binary("less_equal")
-greater = _binary("greater")
-greater_equal = _binary("greater_equal")
-logical_and = _binary("logical_and")
-logical_or = _binary("logical_or")
-
-negative = _unary("negative")
-abs = _unary("abs", "absolute")  # noqa: A001 - numpy's name
-sign = _unary("sign")
-exp = _unary("exp")
-log = _unary("log")
-log1p = _unary("log1p")
-sqrt = _unary("sqrt")
-square = _unary("square")
-sin = _unary("sin")
-cos = _unary("cos")
-tanh = _unary("tanh")
-logical_not = _unary("logical_not")
-isnan = _unary("isnan")
-isfinite = _unary("isfinite")
-
-
-def _float_unary(name: str, doc: str):
-    def op(x: Any, /, *, stream: Any = None) -> Array:
-        return apply(name, (x,), stream, fn=name, infer_with=np.exp)
-
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = doc
-    return op
-
-
-rsqrt = _float_unary("rsqrt", "Elementwise ``1 / sqrt(x)``; integer inputs give floats as ``np.sqrt`` does.")
-sigmoid = _float_unary("sigmoid", "Elementwise logistic function ``1 / (1 + exp(-x))``.")
-erf = _float_unary("erf", "Elementwise Gauss error function.")
 
 
 def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
@@ -228,9 +189,9 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None, /, *, stream: Any = None)
         raise ValueError("clip: give at least one of a_min and a_max")
     r = x
     if a_min is not None:
-        r = maximum(r, a_min, stream=stream)
+        r = GENERATED["maximum"](r, a_min, stream=stream)
     if a_max is not None:
-        r = minimum(r, a_max, stream=stream)
+        r = GENERATED["minimum"](r, a_max, stream=stream)
     return r
 
 

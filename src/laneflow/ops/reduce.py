@@ -11,9 +11,8 @@ from .. import dtypes as dt
 from ..array import Array
 from .core import describe, node, normalize_axes, normalize_axis, operand, stream_of
 from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
+from .table import REDUCTIONS
 
-_NP = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any, "all": np.all,
-       "mean": np.mean, "var": np.var, "std": np.std}
 _DTYPE_CACHE: dict = {}
 
 
@@ -23,7 +22,7 @@ def _result_dtype(name: str, d: np.dtype) -> np.dtype:
     if r is None:
         view, had_bf = dt._numpy_view([d])
         try:
-            r = np.asarray(_NP[name](np.ones(1, view[0]))).dtype
+            r = np.asarray(getattr(np, REDUCTIONS[name].numpy)(np.ones(1, view[0]))).dtype
         except TypeError as e:
             raise TypeError(f"{name}: not defined for dtype {d} ({e})") from None
         r = dt._map_back(r, had_bf)
@@ -41,7 +40,7 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
     st = stream_of(stream, name)
     d = operand(x, st, name)
     axes = normalize_axes(axis, len(d.shape), name)
-    if name in ("max", "min") and builtins.any(d.shape[a] == 0 for a in axes):  # this module shadows any()
+    if not REDUCTIONS[name].empty_ok and builtins.any(d.shape[a] == 0 for a in axes):  # (this module shadows any)
         raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
         raise ValueError(f"{name}: ddof must be a non-negative int, got {ddof!r}")

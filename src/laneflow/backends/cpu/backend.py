@@ -7,11 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import OutOfMemoryError
+from ...errors import LaneflowError, OutOfMemoryError
 from ...runtime.backend import Backend
 from ...runtime.buffer import Buffer
 from .kernels import KERNELS
-from .linalg import linalg
 from .lanes import ThreadLane
 
 
@@ -54,7 +53,10 @@ class CPUBackend(Backend):
         return buffer.data
 
     def kernel(self, kind: str):
-        return _KERNELS[kind]
+        try:
+            return KERNELS[kind]
+        except KeyError:
+            raise LaneflowError(f"the CPU backend has no kernel for primitive kind {kind!r}") from None
 
 
 _blas_limited = False
@@ -83,5 +85,3 @@ def _free_host_bytes() -> int | None:
     except (ValueError, OSError, AttributeError):
         return None
 
-
-_KERNELS = dict(KERNELS, linalg=linalg)

@@ -12,53 +12,16 @@ import math
 import numpy as np
 
 from ...dtypes import bfloat16, float16, float32, float64
+from ...ops.table import ELEMENTWISE, REDUCTIONS, compute_in as _compute
 from . import philox
+from .linalg import linalg
 
 _HALF = (float16, bfloat16)
 
-UFUNCS = {
-    name: getattr(np, npname)
-    for name, npname in {
-        "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
-        "floor_divide": "floor_divide", "remainder": "remainder", "power": "power",
-        "maximum": "maximum", "minimum": "minimum", "negative": "negative", "abs": "absolute",
-        "sign": "sign", "exp": "exp", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
-        "square": "square", "sin": "sin", "cos": "cos", "tanh": "tanh", "equal": "equal",
-        "not_equal": "not_equal", "less": "less", "less_equal": "less_equal", "greater": "greater",
-        "greater_equal": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
-        "logical_not": "logical_not", "isnan": "isnan", "isfinite": "isfinite",
-    }.items()
-}
-
-_erf64 = np.frompyfunc(math.erf, 1, 1)
-
-
-def _compute(x, dtype):
-    """x as floats of the precision a result of ``dtype`` is computed in: float32 for the half types
-    (special functions and accumulations are accurate there), else ``dtype`` itself. Integer and bool
-    inputs are converted first, so nothing wraps around (``-x`` of uint8, ``x - max`` of int8)."""
-    return np.asarray(x).astype(float32 if dtype in _HALF else dtype, copy=False)
-
-
-def _erf(x, dtype):
-    x = _compute(x, dtype)
-    return np.asarray(_erf64(x.astype(float64)), dtype=float64).astype(x.dtype, copy=False)
-
-
-def _where(dtype, c, a, b):
-    # Both branches in the result dtype first: numpy has no common dtype for some pairs laneflow
-    # promotes (bfloat16 with float16 gives float32).
-    return np.where(c, np.asarray(a).astype(dtype, copy=False), np.asarray(b).astype(dtype, copy=False))
-
-
-# Functions numpy has no ufunc for: ``f(out_dtype, *args)`` returns the result (cast into the output).
-SPECIAL = {
-    "rsqrt": lambda dtype, x: 1.0 / np.sqrt(_compute(x, dtype)),
-    "sigmoid": lambda dtype, x: 1.0 / (1.0 + np.exp(-_compute(x, dtype))),
-    "erf": lambda dtype, x: _erf(x, dtype),
-    "where": _where,
-    "identity": lambda dtype, x: x,  # a fused astype: the cast into the output is the work
-}
+#: The numpy computation of every elementwise op of the op table: its ufunc (called with ``out=``),
+#: or, for ops numpy has no ufunc for, ``reference(out_dtype, *args)`` whose result is cast into the output.
+UFUNCS = {row.name: getattr(np, row.numpy) for row in ELEMENTWISE.values() if row.numpy}
+SPECIAL = {row.name: row.reference for row in ELEMENTWISE.values() if not row.numpy}
 
 
 def elementwise(lane, prim, ins, outs):
@@ -112,7 +75,6 @@ def astype(lane, prim, ins, outs):
         np.copyto(outs[0], ins[0], casting="unsafe")
 
 
-_REDUCERS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any, "all": np.all}
 
 
 def _accumulator(dtype):
@@ -136,14 +98,14 @@ def reduce(lane, prim, ins, outs):
     x, out = ins[0], outs[0]
     name, axes = prim.name, prim.axes
     with np.errstate(all="ignore"):
-        if name in ("mean", "var", "std"):
+        if name == "mean" or REDUCTIONS[name].moments:
             r = _moments(name, x, axes, prim.ddof, _accumulator(out.dtype))
             if not prim.keepdims:
                 r = r.reshape(out.shape)
         elif name in ("sum", "prod"):
-            r = _REDUCERS[name](x, axis=axes, keepdims=prim.keepdims, dtype=_accumulator(out.dtype))
+            r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims, dtype=_accumulator(out.dtype))
         else:
-            r = _REDUCERS[name](x, axis=axes, keepdims=prim.keepdims)
+            r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims)
         np.copyto(out, r, casting="unsafe")
 
 
@@ -286,6 +248,18 @@ def copy(lane, prim, ins, outs):
         src.copy_to_host(outs[0])
 
 
-KERNELS = {name: fn for name, fn in globals().items()
-           if callable(fn) and not name.startswith("_") and fn.__module__ == __name__
-           and name not in ("KERNELS",)}
+#: The CPU kernel of every primitive kind of the op table (``ops/table.py: KINDS``), registered here
+#: and only here. ``constant`` needs none: its data is the buffer (``Backend.upload``).
+KERNELS = {
+    "elementwise": elementwise, "astype": astype, "fused": fused,
+    "reduce": reduce, "argreduce": argreduce, "softmax": softmax, "logsumexp": logsumexp,
+    "matmul": matmul, "matmul_group": matmul_group,
+    "reshape": reshape, "transpose": transpose, "broadcast_to": broadcast_to, "concatenate": concatenate,
+    "getitem": getitem, "setitem": setitem, "take": take,
+    "full": full, "arange": arange, "linspace": linspace, "eye": eye,
+    "random": random, "random_split": random_split, "copy": copy, "linalg": linalg,
+}
+
+#: Primitive kinds of the op table this backend does not run, with the reason (MLX's ``NO_CPU``).
+UNSUPPORTED = {"constant": "no kernel: host data is the buffer itself",
+               "custom": "user CUDA kernels (lf.cuda.kernel) run on GPU streams only"}

@@ -11,7 +11,6 @@ from cuda.bindings import driver as cu
 from ...errors import LaneflowError
 from ...runtime.backend import Backend
 from ...runtime.buffer import Buffer
-from . import custom as _custom  # noqa: F401 - registers KERNELS["custom"] (lf.cuda.kernel)
 from .driver import DeviceContext, check, init
 from .hostsync import HostSignals
 from .kernels import KERNELS

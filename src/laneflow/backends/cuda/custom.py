@@ -10,7 +10,6 @@ from cuda.bindings import driver as cu
 
 from ...errors import LaneflowError
 from .driver import CudaError, check
-from .kernels import KERNELS
 from .kernels.launch import Kernel
 
 _MAX_STATIC_SMEM = 48 * 1024
@@ -53,5 +52,3 @@ def launcher(ctx, kernel: Kernel, grid: tuple, block: tuple, shared_mem: int, sc
 def custom(lane: Any, prim: Any, inputs: list, outputs: list) -> None:
     prim.run(lane, inputs, outputs)
 
-
-KERNELS.setdefault("custom", custom)

@@ -40,6 +40,7 @@ from cuda.bindings import driver as cu
 from ...runtime.buffer import Buffer
 from ...errors import OutOfMemoryError
 from ...runtime.encoder import LOCK
+from ...ops.table import validated_on_host
 from .checks import SLOT_WORDS, SlotCheck, slots_of
 from .driver import check
 from .handles import device_handles
@@ -137,7 +138,7 @@ class GraphPlan:
         # integer powers): a call passing such a value with a host copy runs as commands, so it raises
         # exactly as eager does; the graph has no host to check with.
         self.host_checked = sorted({v for prim, _, srcs, _, _ in steps for pos, (kind, v) in enumerate(srcs)
-                                    if kind == "arg" and _validated_on_host(prim, pos)})
+                                    if kind == "arg" and validated_on_host(prim, pos)})
         self.consts = []  # captured values the graph reads: ordered after their (one-time) writers
         for _, _, srcs, _, _ in steps:
             for kind, v in srcs:
@@ -813,17 +814,3 @@ def _launch_checks(lane, checks: list) -> None:
             slots.give_back(fresh, None, 0)
             check((err,), "cuMemcpyAsync (graph check slot)")
         lane.defer(SlotCheck(slots, fresh, explain))
-
-
-def _validated_on_host(prim, pos: int) -> bool:
-    """Whether input ``pos`` of ``prim`` is a value a kernel checks on the host when it can see it:
-    index arrays (after the data, and the value for setitem) and an integer power's exponent."""
-    kind = prim.kind
-    if kind in ("getitem", "take"):
-        return pos >= 1
-    if kind == "setitem":
-        return pos >= 2
-    if getattr(prim, "fn", None) == "power":
-        ops = getattr(prim, "operands", ())
-        return len(ops) > 1 and ops[1] == pos
-    return False

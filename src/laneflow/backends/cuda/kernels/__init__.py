@@ -7,6 +7,7 @@ kernel also takes a numpy array: a host-to-device copy). Each kernel enqueues it
 
 from __future__ import annotations
 
+from .. import custom as _custom
 from .. import matmul as _matmul
 from .. import solver as _linalg
 from . import copy as _copy
@@ -16,6 +17,8 @@ from . import index as _index
 from . import random as _random
 from . import reduce as _reduce
 
+#: The CUDA kernel of every primitive kind of the op table (``ops/table.py: KINDS``), registered here
+#: and only here. ``constant`` needs none: ``Backend.upload`` copies host data.
 KERNELS = {
     "elementwise": _ew.elementwise,
     "astype": _ew.astype,
@@ -41,4 +44,8 @@ KERNELS = {
     "random_split": _random.random_split,
     "copy": _copy.copy,
     "linalg": _linalg.linalg,
+    "custom": _custom.custom,
 }
+
+#: Primitive kinds of the op table this backend does not run, with the reason (MLX's ``NO_GPU``).
+UNSUPPORTED = {"constant": "no kernel: Backend.upload copies host data"}

@@ -16,22 +16,14 @@ import numpy as np
 from .... import dtypes as dt
 from ....errors import ExecutionError, LaneflowError
 from ..checks import deferred
+from ....ops.table import ELEMENTWISE
 from . import cdefs as C
+from .expressions import COMPARISONS, EXPRESSIONS
 from .launch import grid_1d
 from .plan import MAXD, contiguous_strides, operand_layout
 
-_UFUNC = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "floor_divide": np.floor_divide, "remainder": np.remainder, "power": np.power,
-    "maximum": np.maximum, "minimum": np.minimum, "negative": np.negative, "abs": np.absolute,
-    "sign": np.sign, "exp": np.exp, "log": np.log, "log1p": np.log1p, "sqrt": np.sqrt,
-    "square": np.square, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "equal": np.equal,
-    "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
-    "greater_equal": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
-    "logical_not": np.logical_not, "isnan": np.isnan, "isfinite": np.isfinite,
-}
-_COMPARE = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">",
-            "greater_equal": ">="}
+_UFUNC = {row.name: getattr(np, row.numpy) for row in ELEMENTWISE.values() if row.numpy}
+_COMPARE = COMPARISONS
 _loop_cache: dict = {}
 
 
@@ -43,7 +35,7 @@ def loop_dtypes(fn: str, operands: tuple, out: np.dtype) -> tuple[list, np.dtype
         return hit
     if fn == "where":
         res = ([operands[0] if isinstance(operands[0], np.dtype) else dt.bool_, out, out], out)
-    elif fn in ("rsqrt", "sigmoid", "erf", "identity"):
+    elif fn not in _UFUNC:  # no numpy ufunc (rsqrt, sigmoid, erf, identity): computed in the output dtype
         res = ([out], out)
     else:
         uf = _UFUNC[fn]
@@ -62,69 +54,17 @@ def loop_dtypes(fn: str, operands: tuple, out: np.dtype) -> tuple[list, np.dtype
 
 
 def expr(fn: str, a: list[str], loop: list, out_loop: np.dtype) -> str:
-    """C expression (compute type of out_loop, or bool) for fn on compute values a."""
+    """C expression (compute type of out_loop, or bool) for fn on compute values a (``expressions.py``)."""
     t = loop[-1] if fn == "where" else loop[0]
-    k = C.kind(t)
-    T = C.compute(t)
-    x = a[0]
-    y = a[1] if len(a) > 1 else None
-    if fn in _COMPARE:
-        return f"({x} {_COMPARE[fn]} {y})"
-    if fn == "identity":
-        return x
-    if fn == "add":
-        return f"({x} || {y})" if k == "b" else (f"({x} + {y})" if k == "f" else f"lf_wadd<{T}>({x}, {y})")
-    if fn == "subtract":
-        return f"({x} - {y})" if k == "f" else f"lf_wsub<{T}>({x}, {y})"
-    if fn == "multiply":
-        return f"({x} && {y})" if k == "b" else (f"({x} * {y})" if k == "f" else f"lf_wmul<{T}>({x}, {y})")
-    if fn == "divide":
-        return f"({x} / {y})"
-    if fn == "floor_divide":
-        return {"f": f"lf_floordiv_f<{T}>({x}, {y})", "i": f"lf_floordiv_i<{T}>({x}, {y})",
-                "u": f"lf_floordiv_u<{T}>({x}, {y})", "b": f"({x} && {y})"}[k]
-    if fn == "remainder":
-        return {"f": f"lf_mod_f<{T}>({x}, {y})", "i": f"lf_mod_i<{T}>({x}, {y})",
-                "u": f"lf_mod_u<{T}>({x}, {y})", "b": "false"}[k]
-    if fn == "power":
-        return f"lf_pow({x}, {y})" if k == "f" else f"lf_ipow<{T}>({x}, {y})"
-    if fn == "maximum":
-        return {"f": f"lf_max_nan<{T}>({x}, {y})", "b": f"({x} || {y})"}.get(k, f"({x} > {y} ? {x} : {y})")
-    if fn == "minimum":
-        return {"f": f"lf_min_nan<{T}>({x}, {y})", "b": f"({x} && {y})"}.get(k, f"({x} < {y} ? {x} : {y})")
-    if fn == "negative":
-        return f"(-{x})" if k == "f" else f"lf_wsub<{T}>(({T})0, {x})"
-    if fn == "abs":
-        return {"f": f"lf_abs({x})", "i": f"({x} < 0 ? lf_wsub<{T}>(({T})0, {x}) : {x})"}.get(k, x)
-    if fn == "sign":
-        return {"f": f"lf_sign_f<{T}>({x})", "i": f"(({T})(({x} > 0) - ({x} < 0)))",
-                "u": f"(({T})({x} > 0))"}.get(k, x)
-    if fn in ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "erf"):
-        return f"lf_{fn}({x})"
-    if fn == "square":
-        return f"({x} * {x})" if k == "f" else (f"({x} && {x})" if k == "b" else f"lf_wmul<{T}>({x}, {x})")
-    if fn == "rsqrt":
-        return f"(({T})1 / lf_sqrt({x}))"
-    if fn == "sigmoid":
-        return f"(({T})1 / (({T})1 + lf_exp(-{x})))"
-    if fn == "logical_and":
-        return f"(({x} != 0) && ({y} != 0))"
-    if fn == "logical_or":
-        return f"(({x} != 0) || ({y} != 0))"
-    if fn == "logical_not":
-        return f"({x} == 0)"
-    if fn == "isnan":
-        return f"({x} != {x})" if k == "f" else "false"
-    if fn == "isfinite":
-        return f"lf_isfinite({x})" if k == "f" else "true"
-    if fn == "where":
-        return f"(({x} != 0) ? {y} : {a[2]})"
-    raise LaneflowError(f"elementwise: the CUDA backend has no kernel for {fn!r}")
+    e = EXPRESSIONS.get(fn)
+    if e is None:
+        raise LaneflowError(f"elementwise: the CUDA backend has no kernel for {fn!r}")
+    return e(a, C.kind(t), C.compute(t))
 
 
 def _result_dtype(fn: str, loop: list, out_loop: np.dtype) -> np.dtype:
     """dtype whose compute type the expression yields."""
-    if fn in _COMPARE or fn in ("logical_and", "logical_or", "logical_not", "isnan", "isfinite"):
+    if ELEMENTWISE[fn].predicate:
         return dt.bool_
     return out_loop
 

@@ -17,7 +17,9 @@ import os
 import numpy as np
 
 from .... import dtypes as dt
+from ....ops.table import REDUCTIONS
 from . import cdefs as C
+from .expressions import EXPRESSIONS
 from .launch import grid_1d
 from .plan import ReducePlan, offset_code
 
@@ -50,34 +52,29 @@ def _acc_dtype(op: str, in_dt, out_dt):
     return dt.float32 if C.is_half(out_dt) else out_dt
 
 
-def _ident(op: str, acc_dt) -> str:
-    k = C.kind(acc_dt)
-    if op in ("sum", "mean", "meanpass", "sumsq", "any"):
-        return "0"
-    if op in ("prod", "all"):
-        return "1"
-    if k == "f":
-        return "(-INFINITY)" if op == "max" else "INFINITY"
+#: The kernels' internal passes, by the reduction whose combine and identity they use: var and std
+#: sum squared deviations from the mean ("sumsq") after a mean pass ("meanpass").
+_PASSES = {"sumsq": "sum", "meanpass": "sum"}
+
+
+def _row(fold: str):
+    return REDUCTIONS[_PASSES.get(fold, fold)]
+
+
+def _ident(fold: str, acc_dt) -> str:
+    """The fold's identity (the op table's) as a C constant of the accumulator dtype."""
+    ident = _row(fold).identity
+    if ident in ("zero", "one"):
+        return "0" if ident == "zero" else "1"
+    if C.kind(acc_dt) == "f":
+        return "(-INFINITY)" if ident == "lowest" else "INFINITY"
     lo, hi = _LIMITS[C.dname(acc_dt)]
-    return lo if op == "max" else hi
+    return lo if ident == "lowest" else hi
 
 
-def _combine(op: str, acc_dt, a: str, b: str) -> str:
-    k = C.kind(acc_dt)
-    A = acc_c(acc_dt)
-    if op in ("sum", "mean", "meanpass", "sumsq"):
-        return f"({a} + {b})" if k == "f" else f"lf_wadd<{A}>({a}, {b})"
-    if op == "prod":
-        return f"({a} * {b})" if k == "f" else f"lf_wmul<{A}>({a}, {b})"
-    if op == "max":
-        return f"lf_max_nan<{A}>({a}, {b})" if k == "f" else f"({a} > {b} ? {a} : {b})"
-    if op == "min":
-        return f"lf_min_nan<{A}>({a}, {b})" if k == "f" else f"({a} < {b} ? {a} : {b})"
-    if op == "any":
-        return f"({a} || {b})"
-    if op == "all":
-        return f"({a} && {b})"
-    raise AssertionError(op)
+def _combine(fold: str, acc_dt, a: str, b: str) -> str:
+    """Two partial results combined by the fold's elementwise op (the same C expression as the op)."""
+    return EXPRESSIONS[_row(fold).combine]([a, b], C.kind(acc_dt), acc_c(acc_dt))
 
 
 def _transform(op: str, in_dt, acc_dt, x: str) -> str:

@@ -1,0 +1,83 @@
+"""The C expression of every elementwise op of the op table (``ops/table.py``), one row per op.
+
+``EXPRESSIONS[name](a, k, T)`` gives the C expression of op ``name`` on the compute values ``a`` (a
+list of C expressions, one per operand, already converted to the op's loop dtype), where ``k`` is
+the loop dtype's kind (``b`` bool, ``i`` signed, ``u`` unsigned, ``f`` floating, bfloat16 included)
+and ``T`` its C compute type. The result has the compute type of the op's output loop dtype (bool for
+predicates). Integer arithmetic wraps as numpy's does (``lf_wadd`` and friends, ``cdefs.PREAMBLE``).
+
+The single-op kernels (``elementwise.py``) and the fused kernels (``fused.py``) both build from these
+rows, so a fused group computes exactly what its ops compute one by one. An op of the table that the
+CUDA backend does not implement is listed in :data:`UNSUPPORTED` (MLX's ``NO_GPU``); the completeness
+test (``tests/test_op_table.py``) fails for an op in neither.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+_CMP = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
+
+
+def _by_kind(table: dict, default: Callable | None = None) -> Callable:
+    """An expression that depends on the loop kind: ``table[k](x, y, T)``."""
+    def f(a, k, T):
+        g = table.get(k, default)
+        return g(*a, T) if len(a) > 1 else g(a[0], None, T)
+    return f
+
+
+def _compare(sym: str) -> Callable:
+    return lambda a, k, T: f"({a[0]} {sym} {a[1]})"
+
+
+def _fn(name: str) -> Callable:
+    """A float function of the preamble, overloaded for float and double (``lf_exp``...)."""
+    return lambda a, k, T: f"lf_{name}({', '.join(a)})"
+
+
+EXPRESSIONS: dict[str, Callable] = {
+    "add": _by_kind({"b": lambda x, y, T: f"({x} || {y})", "f": lambda x, y, T: f"({x} + {y})"},
+                    lambda x, y, T: f"lf_wadd<{T}>({x}, {y})"),
+    "subtract": _by_kind({"f": lambda x, y, T: f"({x} - {y})"}, lambda x, y, T: f"lf_wsub<{T}>({x}, {y})"),
+    "multiply": _by_kind({"b": lambda x, y, T: f"({x} && {y})", "f": lambda x, y, T: f"({x} * {y})"},
+                         lambda x, y, T: f"lf_wmul<{T}>({x}, {y})"),
+    "divide": lambda a, k, T: f"({a[0]} / {a[1]})",
+    "floor_divide": _by_kind({"f": lambda x, y, T: f"lf_floordiv_f<{T}>({x}, {y})",
+                              "i": lambda x, y, T: f"lf_floordiv_i<{T}>({x}, {y})",
+                              "u": lambda x, y, T: f"lf_floordiv_u<{T}>({x}, {y})",
+                              "b": lambda x, y, T: f"({x} && {y})"}),
+    "remainder": _by_kind({"f": lambda x, y, T: f"lf_mod_f<{T}>({x}, {y})",
+                           "i": lambda x, y, T: f"lf_mod_i<{T}>({x}, {y})",
+                           "u": lambda x, y, T: f"lf_mod_u<{T}>({x}, {y})",
+                           "b": lambda x, y, T: "false"}),
+    "power": _by_kind({"f": lambda x, y, T: f"lf_pow({x}, {y})"}, lambda x, y, T: f"lf_ipow<{T}>({x}, {y})"),
+    "maximum": _by_kind({"f": lambda x, y, T: f"lf_max_nan<{T}>({x}, {y})", "b": lambda x, y, T: f"({x} || {y})"},
+                        lambda x, y, T: f"({x} > {y} ? {x} : {y})"),
+    "minimum": _by_kind({"f": lambda x, y, T: f"lf_min_nan<{T}>({x}, {y})", "b": lambda x, y, T: f"({x} && {y})"},
+                        lambda x, y, T: f"({x} < {y} ? {x} : {y})"),
+    **{name: _compare(sym) for name, sym in _CMP.items()},
+    "logical_and": lambda a, k, T: f"(({a[0]} != 0) && ({a[1]} != 0))",
+    "logical_or": lambda a, k, T: f"(({a[0]} != 0) || ({a[1]} != 0))",
+    "negative": _by_kind({"f": lambda x, y, T: f"(-{x})"}, lambda x, y, T: f"lf_wsub<{T}>(({T})0, {x})"),
+    "abs": _by_kind({"f": lambda x, y, T: f"lf_abs({x})", "i": lambda x, y, T: f"({x} < 0 ? lf_wsub<{T}>(({T})0, {x}) : {x})"},
+                    lambda x, y, T: x),
+    "sign": _by_kind({"f": lambda x, y, T: f"lf_sign_f<{T}>({x})", "i": lambda x, y, T: f"(({T})(({x} > 0) - ({x} < 0)))",
+                      "u": lambda x, y, T: f"(({T})({x} > 0))"}, lambda x, y, T: x),
+    **{name: _fn(name) for name in ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "erf")},
+    "square": _by_kind({"f": lambda x, y, T: f"({x} * {x})", "b": lambda x, y, T: f"({x} && {x})"},
+                       lambda x, y, T: f"lf_wmul<{T}>({x}, {x})"),
+    "logical_not": lambda a, k, T: f"({a[0]} == 0)",
+    "isnan": lambda a, k, T: f"({a[0]} != {a[0]})" if k == "f" else "false",
+    "isfinite": lambda a, k, T: f"lf_isfinite({a[0]})" if k == "f" else "true",
+    "rsqrt": lambda a, k, T: f"(({T})1 / lf_sqrt({a[0]}))",
+    "sigmoid": lambda a, k, T: f"(({T})1 / (({T})1 + lf_exp(-{a[0]})))",
+    "where": lambda a, k, T: f"(({a[0]} != 0) ? {a[1]} : {a[2]})",
+    "identity": lambda a, k, T: a[0],
+}
+
+#: Ops of the op table this backend has no expression for (none today).
+UNSUPPORTED: frozenset[str] = frozenset()
+
+#: Comparison ops: a Python int outside the array's range widens the loop (numpy compares by value).
+COMPARISONS = frozenset(_CMP)
