@@ -495,3 +495,15 @@ def test_ops_sharing_primitives_keep_each_scalar_its_sign_type_and_value(device)
             np.testing.assert_array_equal(np.asarray(x * 3.5), np.asarray(x) * np.float32(3.5))
             np.testing.assert_allclose(np.asarray(lf.exp(x) - lf.exp(x + 1.0)),
                                        np.exp(np.asarray(x)) - np.exp(np.asarray(x) + np.float32(1.0)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=name)
+def test_logaddexp_of_equal_infinities_large_values_and_nan_matches_numpy(device, dtype):
+    big = float(np.finfo(np.float16).max) if dtype == lf.float16 else 1e30 if dtype != lf.float64 else 1e300
+    a = np.array([np.inf, -np.inf, -np.inf, big, np.nan, 0.0], dtype)
+    b = np.array([np.inf, -np.inf, 1.0, big, 1.0, 0.0], dtype)
+    with lf.stream(device):
+        got = lf.logaddexp(lf.array(a), lf.array(b))
+    with np.errstate(all="ignore"):
+        want = np.logaddexp(up(a), up(b))
+    assert_close(got, want, dtype)

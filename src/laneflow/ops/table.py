@@ -100,6 +100,7 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     # integers to negative integer powers are refused, as in numpy: checked on the host when it can
     _b("power", validated=(1,), fuses=False, public=False),
     _b("maximum"), _b("minimum"),
+    _b("logaddexp", doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
     _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True),
     _b("less_equal", predicate=True), _b("greater", predicate=True), _b("greater_equal", predicate=True),
     _b("logical_and", predicate=True), _b("logical_or", predicate=True),

@@ -191,6 +191,14 @@ template <class T> __device__ __forceinline__ T lf_mod_f(T a, T b) {
   else mod = lf_copysign((T)0, b);
   return mod;
 }
+// numpy's npy_logaddexp: equal arguments (infinities of one sign included) give x + log(2).
+template <class T> __device__ __forceinline__ T lf_logaddexp(T x, T y) {
+  if (x == y) return x + (T)0.693147180559945309417232121458176568;
+  T d = x - y;
+  if (d > 0) return x + lf_log1p(lf_exp(-d));
+  if (d <= 0) return y + lf_log1p(lf_exp(d));
+  return d;  // a NaN
+}
 template <class T> __device__ __forceinline__ T lf_max_nan(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T lf_min_nan(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 template <class T> __device__ __forceinline__ T lf_sign_f(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : a); }
