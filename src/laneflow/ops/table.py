@@ -101,6 +101,7 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     _b("power", validated=(1,), fuses=False, public=False),
     _b("maximum"), _b("minimum"),
     _b("logaddexp", doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
+    _b("hypot", doc="``sqrt(a**2 + b**2)`` without intermediate overflow (numpy's ``np.hypot``)."),
     _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True),
     _b("less_equal", predicate=True), _b("greater", predicate=True), _b("greater_equal", predicate=True),
     _b("logical_and", predicate=True), _b("logical_or", predicate=True),

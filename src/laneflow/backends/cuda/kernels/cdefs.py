@@ -170,6 +170,8 @@ __device__ __forceinline__ float lf_floor(float x) { return floorf(x); }
 __device__ __forceinline__ double lf_floor(double x) { return floor(x); }
 __device__ __forceinline__ float lf_copysign(float a, float b) { return copysignf(a, b); }
 __device__ __forceinline__ double lf_copysign(double a, double b) { return copysign(a, b); }
+__device__ __forceinline__ float lf_hypot(float a, float b) { return hypotf(a, b); }
+__device__ __forceinline__ double lf_hypot(double a, double b) { return hypot(a, b); }
 __device__ __forceinline__ bool lf_isfinite(float x) { return isfinite(x); }
 __device__ __forceinline__ bool lf_isfinite(double x) { return isfinite(x); }
 

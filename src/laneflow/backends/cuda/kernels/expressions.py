@@ -57,6 +57,7 @@ EXPRESSIONS: dict[str, Callable] = {
     "minimum": _by_kind({"f": lambda x, y, T: f"lf_min_nan<{T}>({x}, {y})", "b": lambda x, y, T: f"({x} && {y})"},
                         lambda x, y, T: f"({x} < {y} ? {x} : {y})"),
     "logaddexp": lambda a, k, T: f"lf_logaddexp<{T}>({a[0]}, {a[1]})",
+    "hypot": _fn("hypot"),
     **{name: _compare(sym) for name, sym in _CMP.items()},
     "logical_and": lambda a, k, T: f"(({a[0]} != 0) && ({a[1]} != 0))",
     "logical_or": lambda a, k, T: f"(({a[0]} != 0) || ({a[1]} != 0))",
