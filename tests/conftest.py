@@ -37,7 +37,7 @@ def device(request) -> lf.Device:
 @pytest.fixture
 def cpu_default_device():
     """For tests about CPU lanes: make the CPU the default device even where a GPU is present."""
-    import laneflow.streams as streams
+    import laneflow.defaults as streams
 
     old = streams._default_device
     lf.set_default_device(lf.cpu)

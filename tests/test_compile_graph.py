@@ -12,12 +12,12 @@ import pytest
 
 import laneflow as lf
 from laneflow.graph import grouping
-import laneflow.graph.compile as compile_mod
+import laneflow.graph.plan as plan_mod
 
 
 @pytest.fixture
 def strict(monkeypatch):
-    monkeypatch.setattr(compile_mod, "_GRAPH_MODE", "strict")
+    monkeypatch.setattr(plan_mod, "GRAPH_MODE", "strict")
 
 
 def _mode(f) -> str:
@@ -145,7 +145,7 @@ def test_independent_branches_become_parallel_graph_branches(rng, strict, monkey
 def test_repeated_calls_allocate_nothing(rng, strict):
     if not lf.gpu_available():
         pytest.skip("no usable GPU: laneflow's CUDA backend or an NVIDIA driver is missing")
-    from laneflow.streams import backend_for
+    from laneflow.defaults import backend_for
 
     be = backend_for(lf.gpu)
     with lf.stream(lf.new_stream(lf.gpu, lanes=2)):

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not lf.gpu_available(), reason="no usable GPU: l
 
 
 def _backend():
-    from laneflow.streams import backend_for
+    from laneflow.defaults import backend_for
 
     return backend_for(lf.gpu)
 

@@ -342,7 +342,7 @@ class _Blas:
         from nvmath.bindings import cublas
 
         from laneflow.backends.cuda.handles import device_handles
-        from laneflow.streams import backend_for
+        from laneflow.defaults import backend_for
 
         self.cu, self.cublas, self.g, self.n = cu, cublas, g, n
         self.ctx = backend_for(lf.gpu).context(0)

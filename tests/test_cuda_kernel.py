@@ -151,7 +151,7 @@ def test_compile_errors_show_the_offending_line_and_call_errors_name_the_kernel(
 def _clock_khz() -> int:
     from cuda.bindings import driver as cu
 
-    from laneflow.streams import backend_for
+    from laneflow.defaults import backend_for
 
     ctx = backend_for(lf.gpu).context(0)
     attr = getattr(cu.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_CLOCK_RATE", None)

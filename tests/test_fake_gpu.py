@@ -22,8 +22,8 @@ fake_cuda.FAKES["cuLaunchKernel"] = lambda f, gx, *a: (grids.append(gx), (fake_c
 fake_cuda.install()
 import numpy as np
 import laneflow as lf
-import laneflow.graph.compile as C
-C._GRAPH_MODE = "strict"
+import laneflow.graph.plan as C
+C.GRAPH_MODE = "strict"
 
 s = lf.new_stream(lf.gpu, lanes=4)
 with lf.stream(s):
@@ -164,7 +164,7 @@ with lf.stream(s):
     # current_stream's cache never pairs a device with another device's stream, even when another
     # thread changes the default device while the default stream is looked up
     import threading
-    from laneflow import streams
+    from laneflow import defaults as streams
     lf.set_default_device(lf.cpu)
     streams._last_default = (None, None)
     real_default = streams.default_stream
@@ -231,9 +231,9 @@ fake_cuda.FAKES["cuMemFreeAsync"] = lambda p, st: (frees.append(int(p)), (fake_c
 fake_cuda.install()
 import numpy as np
 import laneflow as lf
-import laneflow.graph.compile as C
+import laneflow.graph.plan as C
 from laneflow.graph.node import LazyData
-C._GRAPH_MODE = "strict"
+C.GRAPH_MODE = "strict"
 
 s = lf.new_stream(lf.gpu, lanes=2)
 with lf.stream(s):

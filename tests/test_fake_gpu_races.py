@@ -24,11 +24,9 @@ import race_cuda as R
 R.install()
 import numpy as np
 import laneflow as lf
-import laneflow.graph.compile as C
-import laneflow.interop.gpu as IG
+import laneflow.graph.plan as C
 from laneflow.backends.cuda import graph as G
-C._GRAPH_MODE = "strict"
-IG._cu = lambda: R.fake_cuda.FakeDriver()
+C.GRAPH_MODE = "strict"
 SEED, BROKEN = {seed}, {broken}
 if BROKEN:
     G._OutSet.drain = lambda self: self.dead.clear()   # forget the readers of dropped outputs

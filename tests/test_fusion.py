@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 import laneflow as lf
 import test_fuzz as fuzz
-from laneflow.streams import backend_for
+from laneflow.defaults import backend_for
 from laneflow.graph import fusion
 from conftest import random_array
 

@@ -8,10 +8,13 @@ CPU's reference kernel. Results are checked against numpy on random inputs, and 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import laneflow as lf
+from laneflow.runtime.backend import backend_for
 from laneflow.backends.cpu import CPUBackend
 from laneflow.graph import grouping
 from conftest import random_array
@@ -30,6 +33,7 @@ def grouped(device, monkeypatch):
     """``device`` with matmul grouping on (the CPU backend opts in for the test)."""
     if device.type == "cpu":
         monkeypatch.setattr(CPUBackend, "groups_matmul", lambda self, dtype: dtype in FLOATS)
+        monkeypatch.setattr(CPUBackend, "limits", dataclasses.replace(CPUBackend.limits, max_matmul_group=128))
     return device
 
 
@@ -143,7 +147,8 @@ def test_broadcast_batches_do_not_group(grouped, rng):
 
 
 def test_more_matmuls_than_one_group_holds_split_into_groups(grouped, rng, monkeypatch):
-    monkeypatch.setattr(grouping, "MAX_GROUP", 4)
+    cls = type(backend_for(grouped))
+    monkeypatch.setattr(cls, "limits", dataclasses.replace(cls.limits, max_matmul_group=4))
     xs = [random_array(rng, (2, 3), np.float32) for _ in range(9)]
     ws = [random_array(rng, (3, 2), np.float32) for _ in range(9)]
     with lf.stream(grouped):

@@ -15,7 +15,7 @@ import pytest
 from conftest import random_array
 
 import laneflow as lf
-from laneflow.interop import capsule as cap
+from laneflow.runtime import capsule as cap
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX must not take the GPU's memory
 
@@ -163,7 +163,7 @@ def test_cpu_arrays_have_no_cuda_array_interface():
 
 
 def test_dlpack_stream_numbers_follow_the_spec():
-    from laneflow.interop.gpu import _stream_handle
+    from laneflow.backends.cuda.interop import stream_handle as _stream_handle
 
     assert _stream_handle(None, "t") == 1 and _stream_handle(2, "t") == 2 and _stream_handle(-1, "t") is None
     assert _stream_handle(0x7F00AB, "t") == 0x7F00AB
@@ -291,7 +291,7 @@ def test_imported_torch_memory_is_never_written_by_laneflow(rng):
 
 def test_torch_memory_is_released_once_laneflow_is_done(rng):
     torch = _partner("torch")
-    from laneflow.interop import gpu as lgpu
+    from laneflow.runtime.backend import backend_for
 
     base = cap.live_exports()
     t = torch.from_numpy(random_array(rng, (1 << 20,), np.float32)).cuda()
@@ -304,7 +304,7 @@ def test_torch_memory_is_released_once_laneflow_is_done(rng):
     del y, z
     gc.collect()
     lf.synchronize()
-    assert lgpu.collect() == 0
+    assert backend_for(lf.gpu).context(0).memory.collect_foreign() == 0
     gc.collect()
     assert held - torch.cuda.memory_allocated() >= 4 << 20  # the DLPack deleter ran
     x = lf.ones((1 << 20,), device=lf.gpu)

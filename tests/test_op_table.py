@@ -18,7 +18,7 @@ from laneflow.ops.table import ELEMENTWISE, KINDS, REDUCTIONS
 
 def _cuda_kernels():
     try:
-        from laneflow.backends.cuda import kernels
+        from laneflow.backends.cuda import dispatch as kernels
         from laneflow.backends.cuda.kernels import expressions
     except ImportError as e:  # cuda-bindings is not installed: nothing to check for this backend
         pytest.skip(f"the CUDA backend does not import here ({e})")

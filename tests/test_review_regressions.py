@@ -231,7 +231,7 @@ def test_raising_the_same_execution_error_again_does_not_grow_its_traceback(devi
 def test_closing_a_stream_while_another_thread_encodes_onto_it_never_strands_a_command():
     from laneflow.runtime.encoder import GreedyPolicy
     from laneflow.runtime.stream import Stream
-    from laneflow.streams import backend_for
+    from laneflow.defaults import backend_for
 
     closer: dict = {}
 

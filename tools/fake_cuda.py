@@ -140,9 +140,10 @@ def install(real_nvrtc: bool = False) -> None:
         nvrtc.compile = lambda source, cc, name="kernel": (name, b"\0")
     matmul._lt = lambda: (_FakeCublas, _FakeLt())
     handles._bindings = lambda name: _FakeLegacy()
-    import laneflow.streams as streams
+    from laneflow.runtime import backend as registry
 
-    streams._backends.pop("gpu", None)
+    registry._backends.pop("gpu", None)  # a GPU backend made with the real driver (or its failure) goes
+    registry._failures.pop("gpu", None)
 
 
 def main(argv: list[str]) -> None:

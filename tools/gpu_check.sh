@@ -26,7 +26,7 @@ def check(name, fn):
         rows.append((name, "FAIL", "", f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"))
 rng = np.random.default_rng(7)
 print("gpu_available", lf.gpu_available())
-from laneflow.streams import backend_for
+from laneflow.defaults import backend_for
 be = backend_for(lf.gpu); ctx = be.context(0)
 print("device", ctx.name, ctx.arch, "SMs", ctx.sm_count, "stream mem ops", ctx.stream_mem_ops)
 g = lf.gpu

@@ -8,20 +8,23 @@
 
 from __future__ import annotations
 
+from . import backends  # noqa: F401 - registers the cpu and gpu backends (runtime/backend.py)
 from ._ops_namespace import *  # noqa: F401,F403
 from ._ops_namespace import abs, all, any, max, min, sum  # noqa: F401,A004 - numpy's names
 from . import cuda, linalg, random, testing  # noqa: F401,E402 - after the ops they use
+from . import _array_methods  # noqa: F401 - attaches the operators and methods to Array
 from .array import Array
 from .device import Device, cpu, gpu
 from .dtypes import (  # noqa: F401
     bfloat16, bool_, dtype, float16, float32, float64, int8, int32, int64, result_type, uint8, uint32,
 )
-from .errors import ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError
+from .errors import CompileError, ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError
 from .evaluation import async_eval, eval, reset_stats, stats  # noqa: A004
-from .graph.compile import CompileError, compile  # noqa: A004 - MLX's name
+from .jit import compile  # noqa: A004 - MLX's name
 from .interop.dlpack import from_dlpack
 from .runtime.stream import Stream
-from .streams import (
+from .runtime.backend import DeviceUnavailableError
+from .defaults import (
     default_device, default_stream, gpu_available, new_stream, set_default_device, stream, synchronize,
 )
 from .trace import trace
@@ -31,6 +34,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "Device", "Stream", "cpu", "gpu", "default_device", "set_default_device", "new_stream",
     "default_stream", "stream", "synchronize", "gpu_available", "eval", "async_eval", "stats", "reset_stats",
-    "compile", "CompileError", "from_dlpack", "LaneflowError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "cuda", "linalg", "random", "testing",
+    "compile", "CompileError", "from_dlpack", "LaneflowError", "DeviceUnavailableError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "cuda", "linalg", "random", "testing",
     "trace",
 ]

@@ -4,6 +4,11 @@ An Array is a name bound to an immutable value (:class:`~laneflow.graph.node.Arr
 new values and return at once; the work runs at ``lf.eval`` or when the host needs the numbers.
 ``x[i] = v`` binds ``x`` to a new value: other arrays computed from the old value do not change,
 while every name bound to this same Array object sees the new one (as in numpy).
+
+This module holds the value, its metadata and host access. The layers above attach the rest of the
+method-style API, as JAX attaches its array methods: ``_array_methods.py`` the operators and methods
+such as ``.reshape`` and ``.sum``, ``interop/dlpack.py`` ``__dlpack__`` and
+``__cuda_array_interface__``. So this module imports no op, and the ops import it.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .graph import compile as _compile
+from .graph import tracer as _tracer
 from .graph import schedule as _sched
 from .graph.node import ArrayData
 
@@ -29,13 +34,13 @@ class Array:
         a = object.__new__(cls)
         a._data = data
         data.arrays += 1
-        if _compile.ACTIVE[0]:
-            _compile.note_created(a)
+        if _tracer.ACTIVE[0]:
+            _tracer.note_created(a)
         return a
 
     def _rebind(self, data: ArrayData) -> None:
-        if _compile.ACTIVE[0]:
-            _compile.check_rebind(self)
+        if _tracer.ACTIVE[0]:
+            _tracer.check_rebind(self)
         data.arrays += 1
         old, self._data = self._data, data
         old.arrays -= 1
@@ -162,138 +167,8 @@ class Array:
         """Pickle the value (through the host) and its device; unpickling makes a new array there."""
         return (_unpickle, (np.array(self._host()), self.device))
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: bool | None = None) -> Any:
-        from .interop.dlpack import export
-
-        return export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        from .interop.dlpack import device_tuple
-
-        return device_tuple(self.device)
-
-    @property
-    def __cuda_array_interface__(self) -> dict:
-        """CUDA array interface v3 (GPU arrays only: elsewhere AttributeError, so ``hasattr`` is False).
-        Zero-copy; consumers must not write it; ``stream`` is the writer's lane for consumers to
-        synchronise on; the memory stays alive as long as this Array object does."""
-        from .interop.gpu import cuda_array_interface
-
-        return cuda_array_interface(self)
-
-    # -- conversions and shape ------------------------------------------------------------------
-    def astype(self, dtype: Any, *, stream: Any = None) -> "Array":
-        return ops.astype(self, dtype, stream=stream)
-
-    def reshape(self, *shape: Any, stream: Any = None) -> "Array":
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = shape[0]
-        return ops.reshape(self, shape, stream=stream)
-
-    def transpose(self, *axes: Any, stream: Any = None) -> "Array":
-        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], (int, np.integer))):
-            axes = axes[0]
-        return ops.transpose(self, axes if axes != () else None, stream=stream)
-
-    @property
-    def T(self) -> "Array":
-        return ops.transpose(self)
-
-    def flatten(self, *, stream: Any = None) -> "Array":
-        return ops.flatten(self, stream=stream)
-
-    def squeeze(self, axis: Any = None, *, stream: Any = None) -> "Array":
-        return ops.squeeze(self, axis, stream=stream)
-
-    def swapaxes(self, a: int, b: int, *, stream: Any = None) -> "Array":
-        return ops.swapaxes(self, a, b, stream=stream)
-
-    def __getitem__(self, index: Any) -> "Array":
-        return ops.getitem(self, index)
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        self._rebind(ops.setitem(self, index, value)._data)
-
-    # -- reductions -----------------------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False, *, stream=None): return ops.sum(self, axis, keepdims, stream=stream)  # noqa: E704
-    def mean(self, axis=None, keepdims=False, *, stream=None): return ops.mean(self, axis, keepdims, stream=stream)  # noqa: E704
-    def max(self, axis=None, keepdims=False, *, stream=None): return ops.max(self, axis, keepdims, stream=stream)  # noqa: E704
-    def min(self, axis=None, keepdims=False, *, stream=None): return ops.min(self, axis, keepdims, stream=stream)  # noqa: E704
-    def prod(self, axis=None, keepdims=False, *, stream=None): return ops.prod(self, axis, keepdims, stream=stream)  # noqa: E704
-    def any(self, axis=None, keepdims=False, *, stream=None): return ops.any(self, axis, keepdims, stream=stream)  # noqa: E704
-    def all(self, axis=None, keepdims=False, *, stream=None): return ops.all(self, axis, keepdims, stream=stream)  # noqa: E704
-    def argmax(self, axis=None, keepdims=False, *, stream=None): return ops.argmax(self, axis, keepdims, stream=stream)  # noqa: E704
-    def argmin(self, axis=None, keepdims=False, *, stream=None): return ops.argmin(self, axis, keepdims, stream=stream)  # noqa: E704
-
-    def var(self, axis=None, keepdims=False, ddof=0, *, stream=None):
-        return ops.var(self, axis, keepdims, ddof, stream=stream)
-
-    def std(self, axis=None, keepdims=False, ddof=0, *, stream=None):
-        return ops.std(self, axis, keepdims, ddof, stream=stream)
-
-    # -- operators ------------------------------------------------------------------------------
-    def __add__(self, o): return ops.add(self, o)  # noqa: E704
-    def __radd__(self, o): return ops.add(o, self)  # noqa: E704
-    def __sub__(self, o): return ops.subtract(self, o)  # noqa: E704
-    def __rsub__(self, o): return ops.subtract(o, self)  # noqa: E704
-    def __mul__(self, o): return ops.multiply(self, o)  # noqa: E704
-    def __rmul__(self, o): return ops.multiply(o, self)  # noqa: E704
-    def __truediv__(self, o): return ops.divide(self, o)  # noqa: E704
-    def __rtruediv__(self, o): return ops.divide(o, self)  # noqa: E704
-    def __floordiv__(self, o): return ops.floor_divide(self, o)  # noqa: E704
-    def __rfloordiv__(self, o): return ops.floor_divide(o, self)  # noqa: E704
-    def __mod__(self, o): return ops.remainder(self, o)  # noqa: E704
-    def __rmod__(self, o): return ops.remainder(o, self)  # noqa: E704
-    def __pow__(self, o): return ops.power(self, o)  # noqa: E704
-    def __rpow__(self, o): return ops.power(o, self)  # noqa: E704
-    def __matmul__(self, o): return ops.matmul(self, o)  # noqa: E704
-    def __rmatmul__(self, o): return ops.matmul(o, self)  # noqa: E704
-    def __neg__(self): return ops.negative(self)  # noqa: E704
-    def __pos__(self): return Array._wrap(self._data)  # noqa: E704  (a new array, as numpy's +x)
-    def __abs__(self): return ops.abs(self)  # noqa: E704
-    def __invert__(self): return ops.invert(self)  # noqa: E704
-    def __and__(self, o): return ops.and_(self, o)  # noqa: E704
-    def __rand__(self, o): return ops.and_(o, self)  # noqa: E704
-    def __or__(self, o): return ops.or_(self, o)  # noqa: E704
-    def __ror__(self, o): return ops.or_(o, self)  # noqa: E704
-    def __eq__(self, o): return ops.equal(self, o)  # type: ignore[override]  # noqa: E704
-    def __ne__(self, o): return ops.not_equal(self, o)  # type: ignore[override]  # noqa: E704
-    def __lt__(self, o): return ops.less(self, o)  # noqa: E704
-    def __le__(self, o): return ops.less_equal(self, o)  # noqa: E704
-    def __gt__(self, o): return ops.greater(self, o)  # noqa: E704
-    def __ge__(self, o): return ops.greater_equal(self, o)  # noqa: E704
-
-    # In-place operators update this array object, as in numpy: every name bound to it sees the new
-    # value (arrays computed from the old value do not change). The result must keep the shape, and
-    # its dtype must cast back with numpy's "same_kind" rule (an int array += 1.5 is an error).
-    def _inplace(self, op, o, name):
-        r = op(self, o)
-        if r.shape != self.shape:
-            raise ValueError(f"{name}: the result of shape {r.shape} does not fit the array of shape {self.shape}")
-        if r.dtype != self.dtype:
-            if not np.can_cast(r.dtype, self.dtype, "same_kind") and not (
-                    r.dtype.kind == self.dtype.kind == "f"):
-                raise TypeError(f"{name}: cannot cast the {r.dtype} result back to the array's {self.dtype} "
-                                "(numpy's same_kind rule); write x = x op y to get a new array instead")
-            r = ops.astype(r, self.dtype)
-        self._rebind(r._data)
-        return self
-
-    def __iadd__(self, o): return self._inplace(ops.add, o, "+=")  # noqa: E704
-    def __isub__(self, o): return self._inplace(ops.subtract, o, "-=")  # noqa: E704
-    def __imul__(self, o): return self._inplace(ops.multiply, o, "*=")  # noqa: E704
-    def __itruediv__(self, o): return self._inplace(ops.divide, o, "/=")  # noqa: E704
-    def __ifloordiv__(self, o): return self._inplace(ops.floor_divide, o, "//=")  # noqa: E704
-    def __imod__(self, o): return self._inplace(ops.remainder, o, "%=")  # noqa: E704
-    def __ipow__(self, o): return self._inplace(ops.power, o, "**=")  # noqa: E704
-    def __imatmul__(self, o): return self._inplace(ops.matmul, o, "@=")  # noqa: E704
-
     __hash__ = None  # type: ignore[assignment]
 
 
 def _unpickle(host: np.ndarray, device: Any) -> Array:
-    return ops.array(host, device=device)
-
-
-from . import _ops_namespace as ops  # noqa: E402  (ops build Arrays, so they import this module first)
+    return Array._from_host(host, device=device)  # lf.array, attached by _array_methods.py

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import dtypes as dt
+from .interop.dlpack import from_cuda_array_interface as _from_cai
+from .ops.core import check_shape, operand, stream_of
+from .ops.custom import CustomCall, custom_call
+from .runtime.backend import loaded
 from .runtime.handle_pool import (
     POLICIES,
     handle_policy,
@@ -30,9 +35,7 @@ def handle_stats() -> dict[str, Any]:
     """
     out = _pool_stats()
     devices: dict = {}
-    from .streams import _backends
-
-    gpu = _backends.get("gpu")
+    gpu = loaded("gpu")
     for index, ctx in sorted(getattr(gpu, "_contexts", {}).items()):
         group = getattr(ctx, "handles", None)
         if group is None:
@@ -131,9 +134,6 @@ class Kernel:
         return tuple(out)
 
     def _outputs(self, outputs, out_like) -> list:
-        from . import dtypes as dt
-        from .ops.core import check_shape
-
         if (outputs is None) == (out_like is None):
             raise TypeError(f"cuda.kernel {self.name}: give outputs=[(shape, dtype), ...] or out_like=array(s), "
                             "exactly one of them")
@@ -171,9 +171,6 @@ class Kernel:
         the kernel must write every element. ``grid``/``block``: 1 to 3 ints; ``scalars``: values of the
         declared scalar parameters. Runs at eval like any op, on the lane the encoder picks.
         """
-        from .ops.core import operand, stream_of
-        from .ops.custom import CustomCall, custom_call
-
         st = stream_of(stream, self.op)
         if st.device.type != "gpu":
             raise ValueError(f"cuda.kernel {self.name}: a CUDA kernel runs on a GPU, but this call would run on "
@@ -191,7 +188,7 @@ class Kernel:
             raise ValueError(f"cuda.kernel {self.name}: shared_mem must be a non-negative int, got {shared_mem!r}")
         values = self._scalars(scalars)
         ins = [operand(x, st, self.op) for x in inputs]
-        from .backends.cuda import custom as _custom
+        from .backends.cuda import custom as _custom  # the optional dependency (cuda-bindings)
 
         ctx = st.backend.context(st.device.index)
         kern = _custom.load(ctx, self.source, self.name, self.params)
@@ -227,9 +224,7 @@ def kernel(source: str, name: str, *, num_inputs: int, num_outputs: int = 1, sca
 def from_cuda_array_interface(obj, *, stream=None):
     """An lf.Array over an object's ``__cuda_array_interface__`` memory (v3; zero-copy when compact),
     ordered after the work pending on its ``stream`` (``lf.from_dlpack`` falls back to this)."""
-    from .interop.gpu import from_cuda_array_interface as _f
-
-    return _f(obj, stream)
+    return _from_cai(obj, stream)
 
 
 __all__ += ["Kernel", "from_cuda_array_interface", "kernel"]

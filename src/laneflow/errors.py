@@ -35,3 +35,8 @@ class OutOfMemoryError(LaneflowError, MemoryError):
 
 class LinAlgError(LaneflowError, ValueError):
     """A linear-algebra op met a matrix it cannot handle (singular, not positive definite)."""
+
+
+class CompileError(LaneflowError):
+    """A function given to ``lf.compile`` does something a traced function cannot do; the message
+    names the op and the fix."""

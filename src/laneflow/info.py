@@ -12,7 +12,7 @@ def collect() -> dict:
 
     import laneflow as lf
     from .runtime.handle_pool import handle_policy
-    from .streams import backend_for
+    from .runtime.backend import backend_for
 
     out = {
         "laneflow": lf.__version__,

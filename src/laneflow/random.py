@@ -17,7 +17,8 @@ import numpy as np
 
 from . import dtypes as dt
 from .array import Array
-from .graph import compile as _compile
+from .errors import CompileError
+from .graph import tracer as _tracer
 from .backends.cpu import philox as _philox
 from .ops.core import check_shape, constant, node, operand, stream_of
 from .ops.primitives import Random, RandomSplit
@@ -57,8 +58,8 @@ def _next_key(st) -> Any:
 
 def _key_data(k: Any, st, op: str):
     if k is None:
-        if _compile.tracing():  # the key would be drawn once, at tracing: every call the same numbers
-            raise _compile.CompileError(
+        if _tracer.tracing():  # the key would be drawn once, at tracing: every call the same numbers
+            raise CompileError(
                 f"compile: {op} without key= inside a compiled function would give the same numbers on "
                 "every call; pass a key as an argument (key=k, with k from lf.random.key / lf.random.split)")
         return _next_key(st)

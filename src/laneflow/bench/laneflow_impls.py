@@ -12,7 +12,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import laneflow as lf
-from laneflow.streams import backend_for
+from laneflow.runtime.backend import backend_for
+
+from ..graph import fusion
 
 from .harness import Case, Impl, Result, laneflow_timer, skipped
 
@@ -62,24 +64,18 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
 
 def fused(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
           to_host: Callable = host) -> Impl:
-    """``eager`` with elementwise fusion turned on for its runs (graph/fusion.py), for a backend that
-    does not fuse by default (both built-in backends do now) or a run with ``LANEFLOW_FUSE=0``, so one
-    run compares both."""
-    from ..graph import fusion
-
+    """``eager`` with elementwise fusion turned on for its runs (graph/fusion.py), for a run with
+    ``LANEFLOW_FUSE=0``, so one run compares both."""
     impl = eager(case, device, program, inputs, lanes, to_host=to_host, label="laneflow eager, fused")
     run = impl.run
-    cls = type(backend_for(device))
 
     def fused_run():
-        was, was_cls = fusion._enabled, cls.__dict__.get("fuses_elementwise")
+        was = fusion._enabled
         fusion.set_enabled(True)
-        cls.fuses_elementwise = True
         try:
             return run()
         finally:
             fusion.set_enabled(was)
-            cls.fuses_elementwise = was_cls
 
     impl.run = fused_run
     return impl

@@ -9,7 +9,8 @@ call and runs as fast as a strided batch over stacked operands (measured: ``tool
 The pass looks at the pending nodes of one ``lf.eval`` (or one compiled plan): matmuls on the same
 device with equal operand shapes (no batch broadcasting), one dtype for both operands and the result,
 that sit at the same *level* (longest path from evaluated values), so none can depend on another,
-become one :class:`MatmulGroup` node. The decision depends on the program alone, never on lanes or
+become one :class:`MatmulGroup` node (several, when there are more than the backend's
+``limits.max_matmul_group``). The decision depends on the program alone, never on lanes or
 streams, so one lane and many lanes (one stream and several) compute the same bits. A group runs on
 the stream of its first member; the encoder orders it after the writers of every member's inputs,
 whatever their streams. A backend opts in per dtype with
@@ -24,10 +25,6 @@ from __future__ import annotations
 import os
 
 from .node import ArrayData, Primitive
-
-#: Largest group; a larger set of matmuls becomes several groups (the CUDA kernel passes the
-#: group's pointers as one kernel parameter block, which must stay under 4 KiB).
-MAX_GROUP = 128
 
 _enabled = os.environ.get("LANEFLOW_GROUP_MATMUL", "1") != "0"
 
@@ -116,9 +113,10 @@ def group_matmuls(order: list[ArrayData]) -> list | None:
             sets = by_level.values()
         else:
             sets = (members,)
+        most = members[0].stream.backend.limits.max_matmul_group
         for same in sets:
-            for s in range(0, len(same), MAX_GROUP):
-                chunk = same[s:s + MAX_GROUP]
+            for s in range(0, len(same), most):
+                chunk = same[s:s + most]
                 if len(chunk) > 1:
                     g = Group(chunk)
                     for d in chunk:

@@ -9,7 +9,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData, Primitive, multi_output
-from ..streams import resolve_stream
+from ..defaults import resolve_stream
 from .primitives import AsType, Constant, Copy
 
 Shape = tuple

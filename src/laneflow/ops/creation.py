@@ -10,8 +10,10 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..device import Device, as_device
-from .core import check_shape, constant, node, stream_of
+from ..interop.dlpack import from_dlpack
+from .core import check_shape, constant, node, stream_of, to_stream
 from .primitives import Arange, Eye, Full, Linspace
+from .shape import astype
 
 
 def _stream(device: Any, stream: Any, op: str):
@@ -40,15 +42,10 @@ def array(obj: Any, dtype: Any = None, device: Device | str | None = None, *, st
     st = _stream(device, stream, "array")
     to = _dtype(dtype, "array")
     if isinstance(obj, Array):
-        from .shape import astype
-        from .core import to_stream
-
         d = to_stream(obj._data, st, "array")
         out = Array._wrap(d)
         return astype(out, to, stream=st) if to is not None and to != d.dtype else out
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
-        from ..interop.dlpack import from_dlpack
-
         # from_dlpack shares the producer's memory; copy it now, so later producer writes do not show.
         shared = from_dlpack(obj)
         return Array._wrap(constant(np.asarray(shared), st, to if to is not None else shared.dtype, op="array"))

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from ..streams import current_stream
+from ..defaults import current_stream
 from .core import broadcast_shapes, cast, describe, node, operand, stream_of, to_stream
 from . import table
 from .primitives import Elementwise, Scalar

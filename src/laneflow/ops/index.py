@@ -12,8 +12,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import constant, describe, node, normalize_axis, operand, stream_of
-from .primitives import GetItem, SetItem, Take
+from ..graph.node import ArrayData
+from .core import cast, constant, describe, node, normalize_axis, operand, stream_of
+from .primitives import GetItem, Reshape, SetItem, Take
 
 
 def _dummy(shape: tuple, dtype=np.int8) -> np.ndarray:
@@ -135,10 +136,7 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
     target = _indexed_shape("setitem", d, entries, arrays)
     if isinstance(value, Array):
         v = operand(value, st, "setitem")
-        if v.dtype != d.dtype:
-            from .shape import astype
-
-            v = astype(Array._wrap(v), d.dtype, stream=st)._data
+        v = cast(v, d.dtype, st)
     else:
         try:
             host = np.asarray(value)
@@ -159,10 +157,8 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
     if not ok:
         raise ValueError(f"setitem: cannot broadcast a value of shape {v.shape} into the indexed shape {target} "
                          f"of an array {describe(d)}")
-    if vshape != v.shape:
-        from .shape import reshape
-
-        v = reshape(Array._wrap(v), vshape, stream=st)._data
+    if vshape != v.shape:  # leading size-1 dims dropped: the same elements
+        v = ArrayData(vshape, v.dtype, st, Reshape(vshape), (v,))
     return node(SetItem(entries), (d, v, *arrays), d.shape, d.dtype, st)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from ..streams import current_stream
+from ..defaults import current_stream
 from .core import cast, describe, node, operand, stream_of
 from .primitives import Matmul
 

@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from .core import as_int, check_shape, describe, node, normalize_axis, operand, stream_of
-from .primitives import AsType, BroadcastTo, Concatenate, Reshape, Transpose
+from .primitives import AsType, BroadcastTo, Concatenate, GetItem, Reshape, Transpose
 
 
 def _same(d, st) -> Array:
@@ -186,8 +186,6 @@ def stack(arrays: Sequence[Any], axis: int = 0, *, stream: Any = None) -> Array:
 
 def split(x: Any, indices_or_sections: Any, axis: int = 0, *, stream: Any = None) -> list[Array]:
     """Split into equal sections (an int) or at the given indices along ``axis``."""
-    from .index import getitem
-
     st = stream_of(stream, "split")
     d = operand(x, st, "split")
     nd = len(d.shape)
@@ -205,6 +203,10 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0, *, stream: Any = None
             raise TypeError(f"split: expected an int or a sequence of ints, got {indices_or_sections!r}")
         idx = [as_int(i, "each split index", "split") for i in indices_or_sections]
         bounds = [0] + idx + [n]
-    base = Array._wrap(d)
     pre = (slice(None),) * ax
-    return [getitem(base, pre + (slice(a, b),), stream=st) for a, b in zip(bounds[:-1], bounds[1:])]
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):  # numpy's x[a:b] along the axis (Python slice rules)
+        sl = slice(a, b)
+        size = len(range(*sl.indices(n)))
+        parts.append(node(GetItem(pre + (sl,)), (d,), d.shape[:ax] + (size,) + d.shape[ax + 1:], d.dtype, st))
+    return parts

@@ -23,6 +23,8 @@ from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData, Primitive
 from .core import describe, operand, outputs, stream_of
+from .index import getitem
+from .shape import astype, concatenate
 
 
 class Factorization(Primitive):
@@ -56,8 +58,6 @@ def _matrix(name: str, a: Any, st, square: bool) -> ArrayData:
 def _cast(d: ArrayData, to: np.dtype, st) -> ArrayData:
     if d.dtype == to:
         return d
-    from .shape import astype
-
     return astype(Array._wrap(d), to, stream=st)._data
 
 
@@ -69,9 +69,6 @@ def _factor(name: str, params: dict, inputs: tuple, specs: list, st, split: tupl
     if lanes < 2 or b0 < 2:
         outs = outputs(Factorization(name, **params), inputs, specs, st)
         return outs[0] if single else outs
-    from .index import getitem
-    from .shape import concatenate
-
     k = min(lanes, b0)
     bounds = [b0 * j // k for j in range(k + 1)]
     per = 1  # matrices per step of the first axis: chunk offsets in the flattened batch, for messages

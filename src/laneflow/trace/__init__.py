@@ -1,5 +1,6 @@
 """Timelines: record what each lane ran (``lf.trace()``), export to Perfetto, plot one row per lane."""
 
-from .recorder import Trace, TraceEvent, trace
+from .events import TraceEvent
+from .recorder import Trace, trace
 
 __all__ = ["Trace", "TraceEvent", "trace"]

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Iterable
 
-from .recorder import TraceEvent
+from .events import TraceEvent
 
 
 def to_chrome(events: Iterable[TraceEvent]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from .recorder import TraceEvent
+from .events import TraceEvent
 
 _MAX_LEGEND = 12
 

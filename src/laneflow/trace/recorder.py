@@ -14,29 +14,11 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..runtime import tracing
-
-
-@dataclass(frozen=True, slots=True)
-class TraceEvent:
-    """One command. Times are seconds since the trace started (host ``perf_counter`` clock)."""
-
-    op: str
-    lane: str  # "cpu:0/s3.1" = lane 1 of stream 3 on cpu:0
-    device: str
-    stream: int
-    lane_index: int
-    seq: int  # the command's sequence number on its lane
-    enqueue: float  # host: when the encoder submitted it
-    start: float
-    end: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
+from . import chrome, plot as _plot
+from .events import TraceEvent
 
 
 class Trace:
@@ -150,21 +132,15 @@ class Trace:
 
     def to_chrome(self) -> dict[str, Any]:
         """The trace as a Chrome trace-event dict (see :mod:`laneflow.trace.chrome`)."""
-        from .chrome import to_chrome
-
-        return to_chrome(self.events)
+        return chrome.to_chrome(self.events)
 
     def save(self, path: Any) -> None:
         """Write the Chrome trace format (JSON): open it in https://ui.perfetto.dev or chrome://tracing."""
-        from .chrome import save
-
-        save(self.events, path)
+        chrome.save(self.events, path)
 
     def plot(self, path: Any, title: str | None = None) -> None:
         """Draw one row per lane, each command a bar, into an image file (PNG, SVG, PDF...)."""
-        from .plot import plot
-
-        plot(self.events, path, title=title)
+        _plot.plot(self.events, path, title=title)
 
     def __repr__(self) -> str:
         state = "recording" if tracing.active is self else f"{len(self._raw)} events"

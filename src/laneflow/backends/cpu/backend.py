@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import LaneflowError, OutOfMemoryError
-from ...runtime.backend import Backend
+from ...runtime.backend import Backend, Limits
 from ...runtime.buffer import Buffer
 from .kernels import KERNELS
 from .lanes import ThreadLane
@@ -20,9 +20,10 @@ class CPUBackend(Backend):
     #: a few threads overlap well even on two cores; more only adds queueing.
     default_lanes = max(2, min(4, os.cpu_count() or 2))
     #: chains of elementwise ops run as one command (graph/fusion.py): less host cost per op; only
-    #: for small arrays, where that cost dominates (larger ones keep lane parallelism across branches)
-    fuses_elementwise = True
-    fuse_max_elements = 1 << 16
+    #: for small arrays, where that cost dominates (larger ones keep lane parallelism across branches).
+    #: Matmuls do not group: lanes already run them in parallel, and one command would serialise them.
+    limits = Limits(max_matmul_group=0, fuse_max_elements=1 << 16)
+    plans_memory = True
 
     def create_lanes(self, device: Any, stream_id: int, count: int) -> list[ThreadLane]:
         if count > 1:

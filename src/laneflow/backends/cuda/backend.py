@@ -9,23 +9,28 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from ...errors import LaneflowError
-from ...runtime.backend import Backend
+from ...runtime.backend import Backend, DeviceUnavailableError, Limits
+from ...runtime import capsule as _cap
 from ...runtime.buffer import Buffer
 from .driver import DeviceContext, check, init
+from . import interop
 from .hostsync import HostSignals
-from .kernels import KERNELS
+from .dispatch import KERNELS
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
-from .matmul import GROUPED_DTYPES
+from .matmul import GROUPED_DTYPES, MAX_GROUP
 from .memory import DeviceArray, Memory, ViewArray, slab_arrays
+from .timing import StreamEventTimer
 
 
 class CUDABackend(Backend):
     name = "gpu"
     host_view = False  # to_host copies: a host read does not pin the buffer
-    #: elementwise chains fuse into one generated kernel (graph/fusion.py); ``LANEFLOW_FUSE=0`` turns
-    #: fusion off. Any size: one kernel reads each input once instead of once per op.
-    fuses_elementwise = True
+    #: elementwise chains fuse into one generated kernel (graph/fusion.py) of any size: one kernel reads
+    #: each input once instead of once per op (``LANEFLOW_FUSE=0`` turns fusion off). Independent
+    #: matmuls group into pointer-array batched GEMMs of up to MAX_GROUP (``matmul.matmul_group``).
+    limits = Limits(max_matmul_group=MAX_GROUP, fuse_max_elements=None)
+    plans_memory = True
     #: Lanes of a GPU stream when ``lanes=`` is not given. Four lets independent kernels and library
     #: calls overlap. Measured on the H200 (docs/cuda-notes.md, *Lanes*): host-bound eager steps ran
     #: 6-16 % faster on one lane, device-bound kernels 4 % faster on four; pass ``lanes=1`` for
@@ -35,7 +40,8 @@ class CUDABackend(Backend):
     def __init__(self) -> None:
         self.count = init()
         if self.count < 1:
-            raise LaneflowError("gpu: no CUDA device found")
+            raise DeviceUnavailableError("no usable GPU: the NVIDIA driver reports no CUDA device; check "
+                                         "`nvidia-smi` (and CUDA_VISIBLE_DEVICES), or use lf.cpu")
         self._contexts: dict[int, DeviceContext] = {}
         self._lock = threading.Lock()
         self.context(0)  # fail here, not at the first op, when the GPU is unusable
@@ -58,10 +64,8 @@ class CUDABackend(Backend):
         if not 0 <= device.index < self.count:
             raise ValueError(f"{device}: this machine has {self.count} GPU(s) (indices 0..{self.count - 1})")
 
-    def event_timer(self, stream: Any):
+    def event_timer(self, stream: Any) -> StreamEventTimer:
         """A device-event timer of ``stream``'s work across its lanes (used by ``laneflow bench``)."""
-        from .timing import StreamEventTimer
-
         return StreamEventTimer(stream)
 
     def create_lanes(self, device: Any, stream_id: int, count: int) -> list[CudaLane]:
@@ -119,6 +123,31 @@ class CUDABackend(Backend):
         h.copy_to_host(out)
         h.host = out  # the value is immutable and now exported: later reads reuse this copy
         return out
+
+    # -- interop (backends/cuda/interop.py) ----------------------------------------------------
+    def dlpack_device(self, device: Any) -> tuple[int, int]:
+        return (_cap.KDL_CUDA, device.index)
+
+    def export_dlpack(self, buf: Buffer, shape: tuple, dtype: np.dtype, device: Any, *, stream: Any,
+                      versioned: bool, copied: bool):
+        return interop.export_dlpack(self.context(device.index), buf, shape, dtype, device.index, stream=stream,
+                                     versioned=versioned, copied=copied)
+
+    def import_dlpack(self, obj: Any, stream: Any):
+        return interop.import_dlpack(self, self.context(stream.device.index), obj, stream)
+
+    def array_interface(self, buf: Buffer, shape: tuple, dtype: np.dtype) -> dict:
+        self.context(buf.device.index).memory.collect_foreign()
+        return interop.array_interface(buf, shape, dtype)
+
+    def read_array_interface(self, obj: Any, op: str):
+        fields = interop.read_array_interface(obj, op)
+        return interop.pointer_device(fields[0]), fields
+
+    def import_array_interface(self, obj: Any, stream: Any, fields: Any):
+        dtype = interop.laneflow_dtype(fields[3], "from_cuda_array_interface")
+        buf = interop.import_array_interface(self, self.context(stream.device.index), obj, stream, fields, dtype)
+        return buf, dtype, fields[1]
 
     def groups_matmul(self, dtype: np.dtype) -> bool:
         """Float matmuls group into one pointer-array batched GEMM (``matmul.matmul_group``)."""

@@ -125,8 +125,8 @@ class GraphPlan:
     def __init__(self, backend, plan, stream):
         steps = plan.steps
         device = stream.device
-        for _, st, _, specs, _ in steps:
-            if st.backend is not backend or st.device != device:
+        for step in steps:
+            if step.stream.backend is not backend or step.stream.device != device:
                 raise CaptureUnsupported("steps run on more than one device or backend")
         # The graph keeps the plan's steps, never the plan (which owns the graph).
         self.backend, self.steps, self.stream, self.device = backend, steps, stream, device
@@ -137,11 +137,11 @@ class GraphPlan:
         # Arguments whose values some kernel validates on the host when it can see them (index bounds,
         # integer powers): a call passing such a value with a host copy runs as commands, so it raises
         # exactly as eager does; the graph has no host to check with.
-        self.host_checked = sorted({v for prim, _, srcs, _, _ in steps for pos, (kind, v) in enumerate(srcs)
-                                    if kind == "arg" and validated_on_host(prim, pos)})
+        self.host_checked = sorted({v for step in steps for pos, (kind, v) in enumerate(step.srcs)
+                                    if kind == "arg" and validated_on_host(step.prim, pos)})
         self.consts = []  # captured values the graph reads: ordered after their (one-time) writers
-        for _, _, srcs, _, _ in steps:
-            for kind, v in srcs:
+        for step in steps:
+            for kind, v in step.srcs:
                 if kind == "const" and not any(v.buffer is c for c in self.consts):
                     self.consts.append(v.buffer)
         self.const_ptrs = [c.data.ptr for c in self.consts]
@@ -153,7 +153,7 @@ class GraphPlan:
                 if self.branch_of[d] != self.branch_of[j]:
                     self.signals.add(d)
         # -- memory ------------------------------------------------------------------------------
-        self.spec_of = {first + k: spec for _, _, _, specs, first in steps for k, spec in enumerate(specs)}
+        self.spec_of = {slot: spec for step in steps for slot, spec in zip(step.slots, step.specs)}
         returned = []
         for ref, *_ in plan.outputs:
             if ref[0] == "slot" and ref[1] not in returned:
@@ -197,7 +197,7 @@ class GraphPlan:
         self._copies: list = []
         # cuSOLVER calls in the graph: they run on the graphs' own handle, so launches of such graphs
         # go one after another (each writes the device's graph token)
-        self.has_linalg = any(prim.kind == "linalg" for prim, *_ in steps)
+        self.has_linalg = any(step.prim.kind == "linalg" for step in steps)
 
     # -- public ----------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -474,7 +474,7 @@ class GraphPlan:
                 check(cu.cuStreamWaitEvent(lane.stream, fork, 0), "cuStreamWaitEvent (fork)")
             done: dict[int, Any] = {}
             waited = [dict() for _ in lanes]  # branch -> other branch -> latest step waited for
-            for j, (prim, _, srcs, specs, first) in enumerate(steps):
+            for j, step in enumerate(steps):
                 b = self.branch_of[j]
                 lane = lanes[b]
                 for d in self.deps[j]:
@@ -482,9 +482,9 @@ class GraphPlan:
                     if bd != b and waited[b].get(bd, -1) < d:
                         check(cu.cuStreamWaitEvent(lane.stream, done[d], 0), "cuStreamWaitEvent (capture)")
                         waited[b][bd] = d
-                ins = [self._data(kind, v, o) for kind, v in srcs]
-                outs = [self._slot_view(first + k, o) for k in range(len(specs))]
-                self.backend.kernel(prim.kind)(lane, prim, ins, outs)
+                ins = [self._data(kind, v, o) for kind, v in step.srcs]
+                outs = [self._slot_view(slot, o) for slot in step.slots]
+                self.backend.kernel(step.prim.kind)(lane, step.prim, ins, outs)
                 if j in self.signals:
                     ev = done[j] = event()
                     check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord (capture)")

@@ -25,7 +25,6 @@ from cuda.bindings import driver as cu
 from ...errors import LaneflowError
 from ...runtime import delays, tracing
 from ...runtime.lane import Command, Lane, Point
-from ...interop import gpu as _interop
 from .driver import NOT_READY, DeviceContext, check, fail
 
 _DISABLE_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
@@ -183,8 +182,8 @@ class CudaLane(Lane):
         mem = ctx.memory
         if mem.pending or mem.waiting or mem.retired:
             mem.collect()
-        if _interop._deferred:  # another library's memory whose laneflow users may have finished
-            _interop.collect()
+        if mem.foreign:  # another library's memory whose laneflow users may have finished
+            mem.collect_foreign()
         hook = delays._hook  # delays.current(), without the call
         if hook is not None:
             d = hook()

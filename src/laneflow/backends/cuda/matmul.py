@@ -22,7 +22,6 @@ from cuda.bindings import driver as cu
 from ... import dtypes as dt
 from ...errors import LaneflowError
 from .driver import check
-from ...graph.grouping import MAX_GROUP
 from .handles import LT_WORKSPACE_BYTES, cublaslt_pool, device_handles
 from .kernels import cdefs as C
 from .kernels.copy import strided_copy
@@ -209,6 +208,9 @@ def matmul(lane, prim, ins, outs) -> None:
             lane.ctx.memory.raw_free(t, lane.stream)
 
 
+#: Largest group of matmuls in one command (``Backend.limits``): the pointer kernel passes the group's
+#: A, B and C pointers as one kernel parameter block, which must stay under 4 KiB.
+MAX_GROUP = 128
 #: dtypes whose matmuls group into one pointer-array batched GEMM (graph/grouping.py)
 GROUPED_DTYPES = frozenset(np.dtype(d) for d in (np.float16, dt.bfloat16, np.float32, np.float64))
 _PTR_SLOTS = 3 * MAX_GROUP  # pointers per cuBLAS call: A, B and C arrays of up to MAX_GROUP matrices

@@ -142,6 +142,9 @@ class Memory:
         self.pending: collections.deque = collections.deque()
         self.waiting: list = []  # frees that wait for a CPU lane
         self.retired: collections.deque = collections.deque()  # closed lanes (and graphs) to destroy
+        # another library's memory (DLPack, CUDA array interface imports) whose laneflow users had not
+        # finished when its buffer died: (points, Foreign), released once they have (collect_foreign)
+        self.foreign: collections.deque = collections.deque()
         self.capture = None  # while a CUDA graph is captured: where kernels' scratch comes from (graph.py)
         self.free_stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
                                  "cuStreamCreate (free stream)")
@@ -230,6 +233,28 @@ class Memory:
         out["pending_frees"] = len(self.pending) + len(self.waiting)
         return out
 
+    # -- another library's memory ----------------------------------------------------------------
+    def defer_foreign(self, points: list, foreign: Any) -> None:
+        """Release ``foreign`` (``interop.Foreign``) once every point is done. Any thread, maybe inside
+        GC: only an append."""
+        self.foreign.append((points, foreign))
+
+    def collect_foreign(self) -> int:
+        """Release the foreign memory whose laneflow users have finished; returns how many are held."""
+        q = self.foreign
+        keep = []
+        for _ in range(len(q)):
+            try:
+                points, f = q.popleft()
+            except IndexError:
+                break
+            if all(_done(p) for p in points):
+                f.close()
+            else:
+                keep.append((points, f))
+        q.extend(keep)
+        return len(q)
+
     # -- release ----------------------------------------------------------------------------------
     def release(self, buf: Any) -> None:
         """Buffer death (any thread, maybe inside GC): queue the free for the next safe point."""
@@ -299,6 +324,13 @@ class Memory:
                 check(cu.cuStreamWaitEvent(self.free_stream, ev, 0), "cuStreamWaitEvent (free)")
         self.raw_free(ptr, self.free_stream)
         return True
+
+
+def _done(p) -> bool:
+    lane = p.lane
+    if isinstance(lane, _cuda_lane()):
+        return lane.fence.known(p.seq) or lane.fence.value >= p.seq
+    return lane.fence.value >= p.seq
 
 
 _lane_class: Any = None

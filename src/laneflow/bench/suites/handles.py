@@ -108,7 +108,7 @@ class _Dev:
 
 
 def _gpu_context(device):
-    from ...streams import backend_for
+    from ...runtime.backend import backend_for
 
     return backend_for(device).context(device.index)
 

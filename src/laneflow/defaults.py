@@ -1,4 +1,6 @@
-"""Devices, backends and streams as users see them: defaults, ``stream=`` resolution, the context manager.
+"""Defaults as users see them: the default device and its streams, ``stream=`` resolution, ``lf.stream``.
+
+Backends are found through the registry (``runtime/backend.py: backend_for``); this module names none.
 
 Decisions (documented in the README):
 
@@ -16,42 +18,13 @@ import threading
 from typing import Any
 
 from .device import Device, as_device, cpu, gpu
-from .graph.schedule import LOCK
-from .runtime.backend import Backend
-from .runtime.encoder import POLICIES
+from .runtime.encoder import LOCK, POLICIES
+from .runtime.backend import DeviceUnavailableError, backend_for
 from .runtime.stream import Stream, live_streams
 
-_backends: dict[str, Backend] = {}
 _default_streams: dict[Device, Stream] = {}
 _default_device: Device | None = None
 _local = threading.local()
-
-
-def backend_for(device: Device) -> Backend:
-    """The backend that runs ``device``; raises if it is not usable on this machine."""
-    b = _backends.get(device.type)
-    if b is None:
-        if device.type == "cpu":
-            from .backends.cpu import CPUBackend
-
-            b = CPUBackend()
-        else:
-            b = _load_gpu_backend()
-        _backends[device.type] = b
-    if device.type == "gpu":
-        b.check_device(device)
-    return b
-
-
-def _load_gpu_backend() -> Backend:
-    try:
-        from .backends import cuda  # noqa: F401
-    except ImportError as e:
-        raise RuntimeError(
-            "gpu: laneflow's CUDA backend is not available in this installation "
-            f"({e}); use lf.cpu, or install laneflow[cuda] on a machine with an NVIDIA driver"
-        ) from None
-    return cuda.CUDABackend()
 
 
 def gpu_available() -> bool:
@@ -59,7 +32,7 @@ def gpu_available() -> bool:
     try:
         backend_for(gpu)
         return True
-    except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
+    except (DeviceUnavailableError, ValueError):
         return False
 
 
@@ -74,7 +47,7 @@ def default_device() -> Device:
 def set_default_device(device: Device | str) -> None:
     global _default_device
     d = as_device(device, "set_default_device")
-    backend_for(d)
+    backend_for(d, "set_default_device")
     _default_device = d
 
 
@@ -96,7 +69,7 @@ def new_stream(device: Device | str | None = None, lanes: int | None = None, *,
     >>> y = lf.exp(x, stream=s)
     """
     d = default_device() if device is None else as_device(device, "new_stream")
-    b = backend_for(d)
+    b = backend_for(d, "new_stream")
     if lanes is None:
         lanes = b.default_lanes
     _check_lanes(lanes, "new_stream")
@@ -186,7 +159,9 @@ def resolve_stream(s: Any, op: str) -> Stream:
         return s
     if isinstance(s, (Device, str)):
         try:
-            return default_stream(as_device(s, op))
+            d = as_device(s, op)
+            backend_for(d, op)  # a device that cannot run here: say so, naming the op
+            return default_stream(d)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{op}: bad stream= {s!r}: {e}") from None
     raise TypeError(f"{op}: stream= must be a Stream, a Device or None, got {type(s).__name__}")

@@ -1,0 +1,134 @@
+"""The method-style API of ``lf.Array``: operators, in-place operators and methods such as
+``.reshape`` and ``.sum``, attached to the class by the layer that has the ops (JAX attaches its array
+methods the same way). ``array.py`` stays below the ops: it holds the value and host access only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _ops_namespace as ops
+from .array import Array
+
+
+class _Methods:
+    """The methods, defined as a class body (so they read as methods); copied onto ``Array``."""
+
+    # -- conversions and shape ------------------------------------------------------------------
+    def astype(self, dtype: Any, *, stream: Any = None) -> "Array":
+        return ops.astype(self, dtype, stream=stream)
+
+    def reshape(self, *shape: Any, stream: Any = None) -> "Array":
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return ops.reshape(self, shape, stream=stream)
+
+    def transpose(self, *axes: Any, stream: Any = None) -> "Array":
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], (int, np.integer))):
+            axes = axes[0]
+        return ops.transpose(self, axes if axes != () else None, stream=stream)
+
+    @property
+    def T(self) -> "Array":
+        return ops.transpose(self)
+
+    def flatten(self, *, stream: Any = None) -> "Array":
+        return ops.flatten(self, stream=stream)
+
+    def squeeze(self, axis: Any = None, *, stream: Any = None) -> "Array":
+        return ops.squeeze(self, axis, stream=stream)
+
+    def swapaxes(self, a: int, b: int, *, stream: Any = None) -> "Array":
+        return ops.swapaxes(self, a, b, stream=stream)
+
+    def __getitem__(self, index: Any) -> "Array":
+        return ops.getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._rebind(ops.setitem(self, index, value)._data)
+
+    # -- reductions -----------------------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False, *, stream=None): return ops.sum(self, axis, keepdims, stream=stream)  # noqa: E704
+    def mean(self, axis=None, keepdims=False, *, stream=None): return ops.mean(self, axis, keepdims, stream=stream)  # noqa: E704
+    def max(self, axis=None, keepdims=False, *, stream=None): return ops.max(self, axis, keepdims, stream=stream)  # noqa: E704
+    def min(self, axis=None, keepdims=False, *, stream=None): return ops.min(self, axis, keepdims, stream=stream)  # noqa: E704
+    def prod(self, axis=None, keepdims=False, *, stream=None): return ops.prod(self, axis, keepdims, stream=stream)  # noqa: E704
+    def any(self, axis=None, keepdims=False, *, stream=None): return ops.any(self, axis, keepdims, stream=stream)  # noqa: E704
+    def all(self, axis=None, keepdims=False, *, stream=None): return ops.all(self, axis, keepdims, stream=stream)  # noqa: E704
+    def argmax(self, axis=None, keepdims=False, *, stream=None): return ops.argmax(self, axis, keepdims, stream=stream)  # noqa: E704
+    def argmin(self, axis=None, keepdims=False, *, stream=None): return ops.argmin(self, axis, keepdims, stream=stream)  # noqa: E704
+
+    def var(self, axis=None, keepdims=False, ddof=0, *, stream=None):
+        return ops.var(self, axis, keepdims, ddof, stream=stream)
+
+    def std(self, axis=None, keepdims=False, ddof=0, *, stream=None):
+        return ops.std(self, axis, keepdims, ddof, stream=stream)
+
+    # -- operators ------------------------------------------------------------------------------
+    def __add__(self, o): return ops.add(self, o)  # noqa: E704
+    def __radd__(self, o): return ops.add(o, self)  # noqa: E704
+    def __sub__(self, o): return ops.subtract(self, o)  # noqa: E704
+    def __rsub__(self, o): return ops.subtract(o, self)  # noqa: E704
+    def __mul__(self, o): return ops.multiply(self, o)  # noqa: E704
+    def __rmul__(self, o): return ops.multiply(o, self)  # noqa: E704
+    def __truediv__(self, o): return ops.divide(self, o)  # noqa: E704
+    def __rtruediv__(self, o): return ops.divide(o, self)  # noqa: E704
+    def __floordiv__(self, o): return ops.floor_divide(self, o)  # noqa: E704
+    def __rfloordiv__(self, o): return ops.floor_divide(o, self)  # noqa: E704
+    def __mod__(self, o): return ops.remainder(self, o)  # noqa: E704
+    def __rmod__(self, o): return ops.remainder(o, self)  # noqa: E704
+    def __pow__(self, o): return ops.power(self, o)  # noqa: E704
+    def __rpow__(self, o): return ops.power(o, self)  # noqa: E704
+    def __matmul__(self, o): return ops.matmul(self, o)  # noqa: E704
+    def __rmatmul__(self, o): return ops.matmul(o, self)  # noqa: E704
+    def __neg__(self): return ops.negative(self)  # noqa: E704
+    def __pos__(self): return Array._wrap(self._data)  # noqa: E704  (a new array, as numpy's +x)
+    def __abs__(self): return ops.abs(self)  # noqa: E704
+    def __invert__(self): return ops.invert(self)  # noqa: E704
+    def __and__(self, o): return ops.and_(self, o)  # noqa: E704
+    def __rand__(self, o): return ops.and_(o, self)  # noqa: E704
+    def __or__(self, o): return ops.or_(self, o)  # noqa: E704
+    def __ror__(self, o): return ops.or_(o, self)  # noqa: E704
+    def __eq__(self, o): return ops.equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __ne__(self, o): return ops.not_equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __lt__(self, o): return ops.less(self, o)  # noqa: E704
+    def __le__(self, o): return ops.less_equal(self, o)  # noqa: E704
+    def __gt__(self, o): return ops.greater(self, o)  # noqa: E704
+    def __ge__(self, o): return ops.greater_equal(self, o)  # noqa: E704
+
+    # In-place operators update this array object, as in numpy: every name bound to it sees the new
+    # value (arrays computed from the old value do not change). The result must keep the shape, and
+    # its dtype must cast back with numpy's "same_kind" rule (an int array += 1.5 is an error).
+    def _inplace(self, op, o, name):
+        r = op(self, o)
+        if r.shape != self.shape:
+            raise ValueError(f"{name}: the result of shape {r.shape} does not fit the array of shape {self.shape}")
+        if r.dtype != self.dtype:
+            if not np.can_cast(r.dtype, self.dtype, "same_kind") and not (
+                    r.dtype.kind == self.dtype.kind == "f"):
+                raise TypeError(f"{name}: cannot cast the {r.dtype} result back to the array's {self.dtype} "
+                                "(numpy's same_kind rule); write x = x op y to get a new array instead")
+            r = ops.astype(r, self.dtype)
+        self._rebind(r._data)
+        return self
+
+    def __iadd__(self, o): return self._inplace(ops.add, o, "+=")  # noqa: E704
+    def __isub__(self, o): return self._inplace(ops.subtract, o, "-=")  # noqa: E704
+    def __imul__(self, o): return self._inplace(ops.multiply, o, "*=")  # noqa: E704
+    def __itruediv__(self, o): return self._inplace(ops.divide, o, "/=")  # noqa: E704
+    def __ifloordiv__(self, o): return self._inplace(ops.floor_divide, o, "//=")  # noqa: E704
+    def __imod__(self, o): return self._inplace(ops.remainder, o, "%=")  # noqa: E704
+    def __ipow__(self, o): return self._inplace(ops.power, o, "**=")  # noqa: E704
+    def __imatmul__(self, o): return self._inplace(ops.matmul, o, "@=")  # noqa: E704
+
+
+def _attach() -> None:
+    for name, value in vars(_Methods).items():
+        if name not in ("__module__", "__qualname__", "__dict__", "__weakref__", "__doc__"):
+            setattr(Array, name, value)
+    Array._from_host = staticmethod(ops.array)  # what unpickling calls (array._unpickle)
+
+
+_attach()

@@ -1,0 +1,234 @@
+"""Plans: the steps of one traced signature of a compiled function, and their replay as commands.
+
+A plan is what ``lf.compile`` (``laneflow/jit.py``) records from a trace: an ordered list of
+:class:`Step` (a primitive, its stream, where each input comes from, the outputs it makes), built by
+the same scheduling passes eager evaluation runs, so both run the same kernels. A replay binds the
+arguments and submits the steps through the stream encoders directly: no graph building, shape
+inference or dtype resolution. Intermediates live in a static arena (``graph/memory_plan.py``).
+
+A backend may turn a whole plan into one executor (``Backend.graph_plan``: the CUDA backend makes a
+multi-lane CUDA graph, ``backends/cuda/cudagraph/``); this module asks for it at the second call and
+falls back to command replay when the backend cannot.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CompileError
+from . import schedule as _sched
+from .fusion import FusedNode
+from .grouping import Group
+from .memory_plan import Value, plan_memory
+
+#: A source of a step's input: ("arg", i) the call's argument i, ("slot", k) the output of an earlier
+#: step, ("const", value) a captured value evaluated once at tracing.
+Source = tuple
+
+
+class Spec:
+    """Device, shape and dtype of one output of a step, and its size in bytes."""
+
+    __slots__ = ("device", "shape", "dtype", "nbytes")
+
+    def __init__(self, device, shape, dtype):
+        self.device, self.shape, self.dtype = device, shape, dtype
+        n = dtype.itemsize
+        for s in shape:
+            n *= s
+        self.nbytes = n
+
+
+@dataclass(slots=True)
+class Step:
+    """One command of a plan: ``prim`` on ``stream``, reading ``srcs``, writing the outputs ``specs``,
+    which are the plan's slots ``first``, ``first + 1``, ..."""
+
+    prim: Any
+    stream: Any
+    srcs: tuple
+    specs: list
+    first: int
+
+    @property
+    def slots(self) -> range:
+        return range(self.first, self.first + len(self.specs))
+
+
+class Plan:
+    """The steps of one traced signature, and the static memory of its intermediates."""
+
+    __slots__ = ("steps", "deps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit",
+                 "unit_note", "lazy")
+
+    def __init__(self, steps: list[Step], outputs: list, treedef: Any, n_slots: int, memory, deps):
+        self.steps, self.outputs, self.n_slots, self.treedef = steps, outputs, n_slots, treedef
+        # (slot, shape, dtype, stream, device) per output when every output is a distinct computed
+        # value (a graph call then makes them in one tight loop), else None
+        slots = [ref[1] for ref, *_ in outputs if ref[0] == "slot"]
+        self.lazy = ([(ref[1], shape, dtype, st, st.device) for ref, shape, dtype, st in outputs]
+                     if len(slots) == len(outputs) == len(set(slots)) else None)
+        self.deps = deps       # per step: the steps it reads from (step_deps)
+        self.memory = memory   # MemoryPlan over intermediate slots, or None
+        self.arena = None      # slot -> (region buffer, view), made at the first replay
+        self.calls = 0
+        self.unit = None       # the backend's whole-plan executor (a CUDA graph); False: none
+        self.unit_note = ""    # why there is none
+
+    def stats(self) -> dict:
+        if self.unit:
+            return self.unit.stats()
+        return {"mode": "commands", "steps": len(self.steps), "note": self.unit_note,
+                "arena_bytes": self.memory.arena_bytes if self.memory is not None else 0}
+
+
+def build_plan(outputs: list, holders: list, out_tree: Any) -> Plan:
+    """The plan computing ``outputs`` (graph values) from the placeholder values ``holders``. Values
+    that do not depend on an argument are evaluated now, once, and captured."""
+    places = {id(h): ("arg", i) for i, h in enumerate(holders)}
+    order = _sched.toposort(outputs)
+    depends: set[int] = set(places)
+    for d in order:
+        if d.prim.kind != "placeholder" and any(id(i) in depends for i in d.inputs):
+            depends.add(id(d))
+    _sched.schedule([d for d in order if id(d) not in depends]
+                    + [i for d in order if id(d) in depends for i in d.inputs if id(i) not in depends])
+    steps: list[Step] = []
+    n_slots = 0
+    todo = [d for d in order if id(d) in depends and d.prim.kind != "placeholder"]
+    items = _sched.passes(todo)  # the same passes as eager evaluation, so the same kernels run
+    for d in todo if items is None else items:
+        if id(d) in places:
+            continue  # a sibling produced it already
+        srcs = []
+        for i in d.inputs:
+            p = places.get(id(i))
+            if p is None:
+                i.arrays += 1  # a captured value: the plan holds it, so it is never reused in place
+                p = ("const", i)
+            srcs.append(p)
+        t = type(d)
+        outs = d.members if t is Group else (d.root,) if t is FusedNode else (d.siblings or (d,))
+        first = n_slots
+        for o in outs:
+            places[id(o)] = ("slot", n_slots)
+            n_slots += 1
+        steps.append(Step(d.prim, d.stream, tuple(srcs), [Spec(o.device, o.shape, o.dtype) for o in outs], first))
+    out_refs = []
+    for o in outputs:
+        p = places.get(id(o))
+        if p is None:
+            o.arrays += 1
+            p = ("const", o)
+        out_refs.append((p, o.shape, o.dtype, o.stream))
+    deps = step_deps(steps)
+    return Plan(steps, out_refs, out_tree, n_slots, _memory_plan(steps, out_refs, deps), deps)
+
+
+def step_deps(steps: list[Step]) -> list[list[int]]:
+    """Per step, the earlier steps whose outputs it reads (sorted): the plan's data dependencies."""
+    producer: dict[int, int] = {}
+    deps: list[list[int]] = []
+    for j, step in enumerate(steps):
+        deps.append(sorted({producer[v] for kind, v in step.srcs if kind == "slot"}))
+        for slot in step.slots:
+            producer[slot] = j
+    return deps
+
+
+def _memory_plan(steps: list[Step], out_refs: list, deps: list[list[int]]):
+    """Regions for the intermediates (slots not returned), when every step runs on one backend that
+    can hand out views of raw memory; else None and each replay allocates afresh."""
+    streams = {id(s.stream): s.stream for s in steps}
+    devices = {st.device for st in streams.values()}
+    backends = {type(st.backend) for st in streams.values()}
+    if len(devices) != 1 or len(backends) != 1 or not next(iter(streams.values())).backend.plans_memory:
+        return None
+    returned = {ref[1] for ref, *_ in out_refs if ref[0] == "slot"}
+    values: dict[int, Value] = {}
+    for j, step in enumerate(steps):
+        for kind, v in step.srcs:
+            if kind == "slot" and v in values:
+                values[v].users.append(j)
+        for slot, spec in zip(step.slots, step.specs):
+            if slot not in returned:
+                values[slot] = Value(spec.nbytes, j)
+    return plan_memory(values, deps) if values else None
+
+
+#: ``LANEFLOW_GRAPH=0`` turns whole-plan executors (CUDA graphs) off; ``strict`` makes a plan that
+#: cannot become one raise instead of replaying its commands (used by the GPU tests).
+GRAPH_MODE = os.environ.get("LANEFLOW_GRAPH", "1")
+
+
+def executor(plan: Plan, stream: Any):
+    """The backend's executor for the whole plan, made at the second call (the first warms kernels,
+    library handles and the arena through ordinary commands); False when there is none."""
+    unit = plan.unit
+    if unit is None and plan.calls > 1:
+        backend = stream.backend
+        if GRAPH_MODE == "0" or not plan.steps:
+            unit = False
+            plan.unit_note = "off or empty"
+        else:
+            try:
+                unit = backend.graph_plan(plan, stream)
+                if unit is None:
+                    unit, plan.unit_note = False, "no whole-plan executor on this backend"
+            except Exception as e:  # noqa: BLE001 - any reason: replay the commands instead
+                if GRAPH_MODE == "strict":
+                    raise
+                unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
+        plan.unit = unit
+    return unit
+
+
+def replay_commands(plan: Plan, datas: list, slots: list) -> None:
+    """Submit the plan's steps through the encoders, intermediates in the plan's regions when it has a
+    memory plan (else each output is allocated afresh). Each region is one buffer, so the encoder orders
+    a region's reuse after its earlier readers, within a call and across calls."""
+    steps = plan.steps
+    arena = plan.arena
+    if arena is None and plan.memory is None:
+        arena = plan.arena = {}
+    elif arena is None:
+        mem = plan.memory
+        backend, device = steps[0].stream.backend, steps[0].stream.device
+        regions = [backend.allocate_region(device, n, "compile arena") for n in mem.region_bytes]
+        arena = {}
+        for step in steps:
+            for slot, spec in zip(step.slots, step.specs):
+                r = mem.region_of.get(slot)
+                if r is not None:
+                    arena[slot] = (regions[r], backend.view(regions[r], spec.shape, spec.dtype))
+        plan.arena = arena
+    views: list = [None] * len(slots)
+    for step in steps:
+        prim, stream = step.prim, step.stream
+        in_bufs, in_data = [], []
+        for kind, v in step.srcs:
+            if kind == "slot":
+                b = slots[v]
+                in_bufs.append(b)
+                in_data.append(views[v] if views[v] is not None else b.data)
+            else:
+                b = datas[v].buffer if kind == "arg" else v.buffer
+                in_bufs.append(b)
+                in_data.append(b.data)
+        out_bufs, out_data = [], []
+        for slot, spec in zip(step.slots, step.specs):
+            placed = arena.get(slot)
+            if placed is None:
+                b = stream.backend.allocate(spec.device, spec.shape, spec.dtype, prim.name)
+                out_bufs.append(b)
+                out_data.append(b.data)
+            else:
+                out_bufs.append(placed[0])
+                out_data.append(placed[1])
+                views[slot] = placed[1]
+            slots[slot] = out_bufs[-1]
+        if stream._closed:
+            raise CompileError(f"{prim.name}: its stream {stream} was closed; the compiled function cannot run on it")
+        _sched.encode_call(prim, stream, in_bufs, in_data, out_bufs, out_data)
