@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import demo, info
+from .bench import cli as bench_cli
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from .bench import cli as bench_cli
-    from . import demo, info
-
     parser = argparse.ArgumentParser(prog="python -m laneflow",
                                      description="laneflow: independent array work runs at the same time on "
                                                  "several lanes.")

@@ -21,6 +21,9 @@ import numpy as np
 
 import laneflow as lf
 
+from .bench.cli import _positive
+from .bench.report import fmt_diff, print_table
+
 
 @dataclass(frozen=True)
 class MoE:
@@ -145,15 +148,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=main)
 
 
-def _positive(text: str) -> int:
-    from .bench.cli import _positive as positive
-
-    return positive(text)
-
-
 def main(args: argparse.Namespace) -> int:
-    from .bench.report import fmt_diff, print_table
-
     if args.device == "gpu" and not lf.gpu_available():
         print("demo: --device gpu, but laneflow cannot use a GPU here (no CUDA backend or driver); "
               "use --device cpu")

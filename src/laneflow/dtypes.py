@@ -167,3 +167,13 @@ def ufunc_result(ufunc: np.ufunc, operands: tuple) -> np.dtype:
 def finfo_eps(d: np.dtype) -> float:
     """Machine epsilon of a floating dtype (used by tests and tolerances)."""
     return float(ml_dtypes.finfo(d).eps) if d == bfloat16 else float(np.finfo(d).eps)
+
+
+def inside_range(dtype: np.dtype, low: float, high: float) -> tuple:
+    """The smallest value of dtype >= low and the largest < high (just low when the range is empty)."""
+    lo, hi = np.array(low, dtype), np.array(high, dtype)
+    if float(lo) < low:
+        lo = np.nextafter(lo, np.array(np.inf, dtype))
+    if float(hi) >= high:
+        hi = np.nextafter(hi, np.array(-np.inf, dtype))
+    return lo, max(hi, lo)

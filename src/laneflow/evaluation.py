@@ -77,14 +77,10 @@ def stats() -> dict[str, Any]:
     >>> lf.reset_stats(); lf.eval(a + b, c * d); lf.stats()["waits_emitted"]
     0
     """
-    from . import graph
-
-    with graph.schedule.LOCK:
+    with _sched.LOCK:
         return STATS.snapshot()
 
 
 def reset_stats() -> None:
-    from . import graph
-
-    with graph.schedule.LOCK:
+    with _sched.LOCK:
         STATS.reset()

@@ -6,28 +6,30 @@ import argparse
 import os
 import platform
 
+import numpy as np
+
+from . import __version__
+from .defaults import default_device
+from .device import cpu, gpu
+from .runtime.backend import backend_for
+from .runtime.handle_pool import handle_policy
+
 
 def collect() -> dict:
-    import numpy as np
-
-    import laneflow as lf
-    from .runtime.handle_pool import handle_policy
-    from .runtime.backend import backend_for
-
     out = {
-        "laneflow": lf.__version__,
+        "laneflow": __version__,
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "default device": str(lf.default_device()),
-        "cpu default lanes": backend_for(lf.cpu).default_lanes,
+        "default device": str(default_device()),
+        "cpu default lanes": backend_for(cpu).default_lanes,
         "cpu BLAS threads under multi-lane streams": os.environ.get("LANEFLOW_CPU_BLAS_THREADS", "1"),
         "handle policy": handle_policy(),
     }
     try:
-        gpu = backend_for(lf.gpu)
-        ctx = gpu.context(0)
+        backend = backend_for(gpu)
+        ctx = backend.context(0)
         out["gpu"] = f"{ctx.name} ({ctx.arch}, {ctx.sm_count} SMs)"
-        out["gpu default lanes"] = gpu.default_lanes
+        out["gpu default lanes"] = backend.default_lanes
         out["kernel cache"] = os.environ.get("LANEFLOW_KERNEL_CACHE", "per-user default (see docs/cuda-notes.md)")
         out["tf32 for float32 matmul"] = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
     except Exception as e:  # noqa: BLE001 - the reason is the information

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
+import laneflow as lf
+
 from .peers import PEERS
+from .report import print_results, write_json
+from .runner import Context, Progress, run_suites
+from .suites import ORDER
 
 SUITE_NAMES = ("dispatch", "experts", "replay", "branches", "kernels", "handles", "fences", "all")
 
@@ -51,12 +57,6 @@ def _positive(text: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    import laneflow as lf
-
-    from .report import print_results, write_json
-    from .runner import Context, Progress, run_suites
-    from .suites import ORDER
-
     if args.device is None:
         device = lf.gpu if lf.gpu_available() else lf.cpu
     else:
@@ -96,6 +96,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _cpu_count() -> int:
-    import os
-
     return os.cpu_count() or 2

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+import laneflow as lf
+
 
 class Floors:
     def __init__(self, device: Any, quick: bool = False):
@@ -98,8 +100,6 @@ def _gpu_bandwidth(quick: bool) -> tuple[float, str]:
         b = cp.empty_like(a)
         t = _cupy_best(cp, lambda: b.__setitem__(Ellipsis, a), 10)
         return 2 * nbytes / t, f"cupy device copy of {nbytes >> 20} MiB, best of 10 (events)"
-    import laneflow as lf
-
     x = lf.ones(nbytes // 4, dtype=lf.float32, device=lf.gpu)
     lf.eval(x)
     t = _best(lambda: lf.eval(x + 0), 10)
@@ -122,8 +122,6 @@ def _gpu_flops(dtype_name: str, quick: bool) -> tuple[float, str]:
         a = cp.random.standard_normal((n, n)).astype(dtype_name)
         t = _cupy_best(cp, lambda: a @ a, 5)
         return 2 * n**3 / t, f"cupy {dtype_name} {n}^3 matmul, best of 5 (events)"
-    import laneflow as lf
-
     a = lf.ones((n, n), dtype=dtype_name, device=lf.gpu)
     lf.eval(a)
     t = _best(lambda: lf.eval(a @ a), 5)

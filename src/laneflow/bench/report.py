@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import laneflow
+
 from .harness import Result
 
 
@@ -128,8 +130,6 @@ def print_results(suite: str, results: Sequence[Result], file: Any = None) -> No
 
 def environment(device: Any) -> dict[str, Any]:
     """Versions and machine facts for the JSON record (and the README table)."""
-    import laneflow
-
     env: dict[str, Any] = {
         "laneflow": laneflow.__version__, "python": platform.python_version(), "numpy": np.__version__,
         "platform": platform.platform(), "cpu_count": os.cpu_count(), "device": str(device),

@@ -8,7 +8,8 @@ from typing import Any, Iterator, Sequence
 
 from . import peers as peer_registry
 from .floors import Floors
-from .harness import Case, Impl, Result, run_impl, skipped
+from . import suites  # noqa: F401 - registers the suites
+from .harness import SUITES, Case, Impl, Result, run_impl, skipped
 from .peers import PeerUnavailable
 
 
@@ -117,9 +118,6 @@ class Context:
 def run_suites(names: Sequence[str], ctx: Context) -> Iterator[tuple[str, list[Result] | None, str | None]]:
     """Run suites by name, yielding (suite, results, None), or (suite, None, reason) for a suite that
     cannot run here (a GPU suite on the CPU without --quick)."""
-    from . import suites  # noqa: F401 - registers the suites
-    from .harness import SUITES
-
     for name in names:
         s = SUITES[name]
         if s.needs_gpu and not ctx.gpu and not ctx.quick:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ...dtypes import bfloat16, float16, float32, float64
+from ...dtypes import bfloat16, float16, float32, float64, inside_range
 from ...ops.table import ELEMENTWISE, REDUCTIONS, compute_in as _compute
 from . import philox
 from .linalg import linalg
@@ -211,16 +211,6 @@ def eye(lane, prim, ins, outs):
 _SIGNIFICAND_BITS = {float64: 53, float32: 24, float16: 11, bfloat16: 8}
 
 
-def _inside(dtype, low: float, high: float) -> tuple:
-    """The smallest value of dtype >= low and the largest < high (just low when the range is empty)."""
-    lo, hi = np.array(low, dtype), np.array(high, dtype)
-    if float(lo) < low:
-        lo = np.nextafter(lo, np.array(np.inf, dtype))
-    if float(hi) >= high:
-        hi = np.nextafter(hi, np.array(-np.inf, dtype))
-    return lo, max(hi, lo)
-
-
 def random(lane, prim, ins, outs):
     out = outs[0]
     k0, k1 = (int(v) for v in ins[0])
@@ -228,7 +218,7 @@ def random(lane, prim, ins, outs):
         u = philox.uniform01(out.size, k0, k1, _SIGNIFICAND_BITS[out.dtype])
         with np.errstate(all="ignore"):
             r = (prim.a + (prim.b - prim.a) * u).astype(out.dtype)
-        r = np.clip(r, *_inside(out.dtype, prim.a, prim.b))  # rounding to dtype must not reach high
+        r = np.clip(r, *inside_range(out.dtype, prim.a, prim.b))  # rounding to dtype must not reach high
     else:
         wide = float64 if out.dtype == float64 else float32
         r = prim.a + prim.b * philox.normal(out.size, k0, k1, wide)

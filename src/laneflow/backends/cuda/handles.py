@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from cuda.bindings import driver as cu
 
+from ...errors import LaneflowError
 from ...runtime.buffer import Buffer
 from ...runtime.handle_pool import HandlePool
 from .driver import check
@@ -237,8 +238,6 @@ def _bindings(name: str) -> Any:
         else:  # cusolverDn, cusolverDn-graph
             from nvmath.bindings import cusolverDn as mod
     except ImportError as e:
-        from ...errors import LaneflowError
-
         raise LaneflowError(f"{name}: nvmath-python is needed on the GPU ({e}); install laneflow[cuda]") from None
     return mod
 

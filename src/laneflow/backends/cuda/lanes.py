@@ -26,6 +26,7 @@ from ...errors import LaneflowError
 from ...runtime import delays, tracing
 from ...runtime.lane import Command, Lane, Point
 from .driver import NOT_READY, DeviceContext, check, fail
+from .kernels.misc import gpu_sleep
 
 _DISABLE_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
 
@@ -188,8 +189,6 @@ class CudaLane(Lane):
         if hook is not None:
             d = hook()
             if d > 0:
-                from .kernels.misc import gpu_sleep
-
                 gpu_sleep(self, d)
         try:
             for b in cmd.writes:

@@ -22,6 +22,7 @@ from cuda.bindings import driver as cu
 
 from ...errors import OutOfMemoryError
 from .driver import OUT_OF_MEMORY, CudaError, DeviceContext, check
+from .lanes import CudaLane
 
 
 class DeviceArray:
@@ -296,7 +297,6 @@ class Memory:
 
     def _free(self, ptr: int, writer: Any, readers: tuple) -> bool:
         """Enqueue the free of ptr after its last uses; False when a CPU lane still uses it."""
-        CudaLane = _cuda_lane()
         busy = []
         for p in (writer, *readers):
             if p is None:
@@ -328,22 +328,9 @@ class Memory:
 
 def _done(p) -> bool:
     lane = p.lane
-    if isinstance(lane, _cuda_lane()):
+    if isinstance(lane, CudaLane):
         return lane.fence.known(p.seq) or lane.fence.value >= p.seq
     return lane.fence.value >= p.seq
-
-
-_lane_class: Any = None
-
-
-def _cuda_lane() -> Any:
-    """``lanes.CudaLane`` (lanes.py imports this module, so the import waits until first use)."""
-    global _lane_class
-    if _lane_class is None:
-        from .lanes import CudaLane
-
-        _lane_class = CudaLane
-    return _lane_class
 
 
 def _try(fn, *args) -> None:

@@ -29,8 +29,13 @@ import numpy as np
 
 import laneflow as lf
 
+from ... import dtypes
+from ...runtime import handle_pool as hp
+from ...runtime.backend import backend_for
+from ...runtime.handle_pool import HandlePool
 from .. import laneflow_impls as lfi
-from ..harness import Case, Impl, Result, suite
+from ..harness import Case, Impl, Result, skipped, suite
+from ..report import print_table
 from ..memory import device_used_bytes
 from .common import SEED, dtype, f32, normal
 
@@ -42,7 +47,6 @@ VARIANTS = (("device", "device", 1), ("thread", "thread", 1), ("stream", "stream
 
 
 def _apply(variant: tuple) -> None:
-    from ...runtime import handle_pool as hp
 
     _label, policy, solvers = variant
     hp.set_handle_policy(policy)
@@ -108,7 +112,6 @@ class _Dev:
 
 
 def _gpu_context(device):
-    from ...runtime.backend import backend_for
 
     return backend_for(device).context(device.index)
 
@@ -127,7 +130,6 @@ def _libs(gctx, heavy: bool = False):
     from nvmath.bindings import cublas, cusolverDn
 
     from ...backends.cuda.handles import CublasLibrary, CusolverDnLibrary
-    from ...runtime.handle_pool import HandlePool
 
     class Heavy(CublasLibrary):
         def workspace_bytes(self, device):
@@ -138,7 +140,6 @@ def _libs(gctx, heavy: bool = False):
 
 
 def _pool_part(ctx, p) -> list[Result]:
-    from ...runtime import handle_pool as hp
 
     gctx = _gpu_context(ctx.device)
     rows, results = [], []
@@ -217,11 +218,9 @@ class _Work:
 
     def lt_pool(self, gctx):
         """A fresh cuBLASLt pool (its handles keyed by the policy in force at each use) and the plan."""
-        from ... import dtypes
         from ...backends.cuda.handles import CublasLtLibrary
         from ...backends.cuda.matmul import _lib
-        from ...runtime.handle_pool import HandlePool
-
+    
         lib = _lib(gctx)
         self.lt = lib.lt
         g = self.g  # row-major C = A @ B of the buffers, as matmul.py calls it
@@ -486,7 +485,6 @@ def _host_cost(device, gctx) -> dict[str, float]:
 
 
 def _print_tables(rows: list[dict], cost: dict, p) -> None:
-    from ..report import print_table
 
     headers = ["policy", "lanes", "cuBLAS handles", "cuSOLVER handles", "held MiB", "of which workspaces MiB",
                "first call ms", "first use, all lanes ms", f"{p['gemms']} GEMMs 64^3: GEMM/s",
@@ -599,7 +597,6 @@ def _solves(device, a, b, c: int) -> Impl:
 
 def _peer_solves(ctx, case, a, b, c: int) -> list[Impl | Result]:
     """The same solves through the peers that import, one stream each (their own handle designs)."""
-    from ..harness import skipped
 
     out: list[Impl | Result] = []
     if not ctx.gpu:

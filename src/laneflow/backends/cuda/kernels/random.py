@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .... import dtypes as dt
+from ....dtypes import inside_range
 from . import cdefs as C
 from .launch import grid_1d
 
@@ -82,9 +83,7 @@ def _build(dist: str, key_dt, out_dt):
 
 def _inside(dtype, low: float, high: float) -> tuple:
     """Smallest value of dtype >= low and largest < high: the CPU backend's clip bounds, as floats."""
-    from ...cpu.kernels import _inside as cpu_inside
-
-    lo, hi = cpu_inside(dtype, low, high)
+    lo, hi = inside_range(dtype, low, high)
     return float(lo), float(hi)
 
 
