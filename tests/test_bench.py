@@ -103,7 +103,8 @@ def test_json_record_schema(tmp_path):
     (row,) = doc["results"]
     assert row["repeats"] == 5 and len(row["times_us"]) == 5
     assert row["spread_us"]["p25"] <= row["median_us"] <= row["spread_us"]["p75"]
-    assert row["floor_us"] > 0 and 0 < row["fraction_of_floor"]
+    # (48 bytes take under a nanosecond at this machine's copy bandwidth: floor_us may round to 0.0)
+    assert row["floor_us"] >= 0 and 0 < row["fraction_of_floor"]
     assert row["status"] == "ok" and row["matches"] is True
 
 

@@ -52,7 +52,7 @@ with lf.stream(s):
     assert st["evacuated"] == 2, st
     unit = next(iter(f._plans.values())).unit
     block = used.data.owner                  # both values now live in one block of their own
-    assert all(block is not o.region for o in unit.sets) and used.data.ptr != old_ptr, (block, old_ptr)
+    assert all(block is not o.region for o in unit.outs.sets) and used.data.ptr != old_ptr, (block, old_ptr)
     later = kept[0][1]._data.buffer          # made after the move: at the block, written by the move
     assert later.data.owner is block and later.writer is used.writer and later.lease is used.lease
     assert later.data.ptr - used.data.ptr == kept[0][1]._data.spec[5] - kept[0][0]._data.spec[5]  # offsets kept
@@ -67,10 +67,10 @@ with lf.stream(s):
     z = f(x0, w)
     z[0]._data.buffer.exported = True
     unit = next(iter(f._plans.values())).unit
-    regions_before = {id(o.region) for o in unit.sets}
+    regions_before = {id(o.region) for o in unit.outs.sets}
     z2 = f(x0, w)
     z3 = f(x0, w)
-    assert {id(o.region) for o in unit.sets} != regions_before
+    assert {id(o.region) for o in unit.outs.sets} != regions_before
     del f, unit, z, z2, z3, kept
     gc.collect()
     lf.eval(lf.ones(3) + 1.0)                # the next command runs the dropped graph's teardown
@@ -94,7 +94,7 @@ with lf.stream(s):
     k(y, w)                                  # k's graph reads y where it is
     keep = [g(x0) for _ in range(3)]         # y's region is reused: y moves to memory of its own
     gunit = next(iter(g._plans.values())).unit
-    assert all(y._data.buffer.data.owner is not o.region for o in gunit.sets)
+    assert all(y._data.buffer.data.owner is not o.region for o in gunit.outs.sets)
     k(y, w)
     assert k.stats()[0]["staged_args"] == [0], k.stats()   # k noticed the move and copies y in
     del keep
@@ -290,7 +290,7 @@ with lf.stream(s):
     gc.collect()
     assert any(wp in pts for pts in o.dead), list(o.dead)
 
-    from laneflow.backends.cuda import graph as G
+    from laneflow.backends.cuda.cudagraph import binding as G
     # values kept past the next call move in one block, which is freed once they all died (and only
     # the block is allocated for the move)
     h = lf.compile(lambda x: x * 2.0)
@@ -420,7 +420,7 @@ with lf.stream(s):
         z2 = g2(y2)                           # y2's set moves in this very call
         unit = next(iter(g2._plans.values())).unit
         assert g2.stats()[0]["evacuated"] == 1, g2.stats()
-        assert unit.bound_ptrs[0] == y2._data.buffer.data.ptr, (unit.bound_ptrs, y2._data.buffer.data.ptr)
+        assert unit.args.bound_ptrs[0] == y2._data.buffer.data.ptr, (unit.args.bound_ptrs, y2._data.buffer.data.ptr)
         del k2, z2
     finally:
         G.STAGE_LIMIT = saved

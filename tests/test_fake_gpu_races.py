@@ -25,14 +25,14 @@ R.install()
 import numpy as np
 import laneflow as lf
 import laneflow.graph.plan as C
-from laneflow.backends.cuda import graph as G
+from laneflow.backends.cuda.cudagraph import binding, outputs
 C.GRAPH_MODE = "strict"
 SEED, BROKEN = {seed}, {broken}
 if BROKEN:
-    G._OutSet.drain = lambda self: self.dead.clear()   # forget the readers of dropped outputs
+    outputs.OutSet.drain = lambda self: self.dead.clear()   # forget the readers of dropped outputs
 rnd = random.Random(SEED)
 if rnd.random() < 0.3:
-    G.STAGE_LIMIT = 0                                  # arguments bound in place, re-captured
+    binding.STAGE_LIMIT = 0                                  # arguments bound in place, re-captured
 s = lf.new_stream(lf.gpu, lanes=rnd.choice([1, 2, 3]))
 t = lf.new_stream(lf.gpu, lanes=rnd.choice([1, 2]))
 consumer = R.st(987654)[0]                             # another library's stream

@@ -18,8 +18,8 @@ import numpy as np
 import laneflow as lf
 
 which = sys.argv[1] if len(sys.argv) > 1 else "experts"
-if len(sys.argv) > 3 and sys.argv[3].isdigit():  # most parallel branches per graph (default laneflow.backends.cuda.graph.MAX_BRANCHES)
-    import laneflow.backends.cuda.graph as _g
+if len(sys.argv) > 3 and sys.argv[3].isdigit():  # most parallel branches per graph (default laneflow.backends.cuda.cudagraph.capture.MAX_BRANCHES)
+    import laneflow.backends.cuda.cudagraph.capture as _g
 
     _g.MAX_BRANCHES = int(sys.argv[3])
 calls = int(sys.argv[2]) if len(sys.argv) > 2 else 200

@@ -1,5 +1,5 @@
 """Probe (GPU), issue 5's open measurement: how a compiled call should bind an argument that changes
-between calls. Two ways exist in ``backends/cuda/graph.py``:
+between calls. Two ways exist in ``backends/cuda/cudagraph/binding.py``:
 
 - *staged* (the default up to ``STAGE_LIMIT``): one device copy of the new argument into a fixed
   input buffer, then the same executable graph;
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import laneflow as lf
-import laneflow.backends.cuda.graph as G
+import laneflow.backends.cuda.cudagraph.binding as G
 from laneflow.bench.laneflow_impls import laneflow_timer
 from laneflow.graph import fusion
 

@@ -277,7 +277,7 @@ FAKES.update({
 def install():
     fake_cuda.install()
     from laneflow.runtime import lane as L
-    from laneflow.backends.cuda import graph as G
+    from laneflow.backends.cuda.cudagraph import executor as G
     from laneflow.backends.cuda.lanes import CudaLane
     from laneflow.backends.cuda.memory import DeviceArray
 

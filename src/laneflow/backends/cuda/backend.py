@@ -14,6 +14,7 @@ from ...runtime import capsule as _cap
 from ...runtime.buffer import Buffer
 from .driver import DeviceContext, check, init
 from . import interop
+from .cudagraph import GraphPlan, allocate_region
 from .hostsync import HostSignals
 from .dispatch import KERNELS
 from .kernels.launch import Modules
@@ -85,8 +86,6 @@ class CUDABackend(Backend):
 
     def allocate_region(self, device: Any, nbytes: int, op: str) -> Buffer:
         """Raw memory for a compiled plan's region, usable on every lane at once."""
-        from .graph import allocate_region
-
         return allocate_region(self.context(device.index), device, nbytes, op)
 
     def view(self, region: Buffer, shape: tuple, dtype: np.dtype):
@@ -96,8 +95,6 @@ class CUDABackend(Backend):
     def graph_plan(self, plan: Any, stream: Any):
         """The compiled plan as one multi-lane CUDA graph (raises graph.CaptureUnsupported when it
         cannot be one)."""
-        from .graph import GraphPlan
-
         return GraphPlan(self, plan, stream)
 
     def upload(self, device: Any, host: np.ndarray) -> tuple[Buffer, Callable | None]:

@@ -74,7 +74,7 @@ class SolverLib:
         graphs never share a handle with eager calls)."""
         if lane.ctx.memory.capture is None:
             return self.pool
-        return device_handles(self.ctx).pool("cusolverDn-graph")  # made before the capture (GraphPlan._capture)
+        return device_handles(self.ctx).pool("cusolverDn-graph")  # made before the capture (cudagraph.capture)
 
     def fn(self, dtype, name: str):
         return getattr(self.sv, ("s" if dtype == np.float32 else "d") + name)

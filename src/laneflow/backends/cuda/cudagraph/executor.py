@@ -1,0 +1,280 @@
+"""A compiled plan run as one multi-lane CUDA graph (``lf.compile`` on the GPU): the executor.
+
+The plan (``graph/plan.py``) is captured at its second call (``capture.py``: steps over up to eight
+branches, edges the data dependencies) and every later call is one command on lane 0 of the caller's
+stream: the encoder orders it after the writers of the arguments (and after the readers of the memory
+it overwrites), and its work is a few argument copies plus ``cuGraphLaunch``. Memory is fixed at
+capture, so no call allocates: intermediates live in the plan's arena (``graph/memory_plan.py``),
+returned values in an output set (``outputs.py``), arguments are read in place or staged
+(``binding.py``), and device-side checks get per-launch slots (``checks.py``).
+
+What cannot be captured (a kernel that reads host memory, a library call that synchronises) makes the
+plan fall back to replaying its commands through the lanes; ``CompiledFunction.stats()`` says which.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from cuda.bindings import driver as cu
+
+from ....ops.table import validated_on_host
+from ....runtime.buffer import Buffer
+from ..driver import check
+from ..handles import device_handles
+from ..lanes import CudaLane
+from ..memory import ViewArray
+from . import capture
+from .binding import Arguments
+from .capture import CaptureUnsupported, Temps, assign_branches
+from .checks import launch_checks, release_temps
+from .outputs import Lease, OutBuffer, OutputSets, OutSet
+
+
+class GraphPlan:
+    """The CUDA graph of one compiled signature. Built by :meth:`CUDABackend.graph_plan`."""
+
+    def __init__(self, backend, plan, stream):
+        steps = plan.steps
+        device = stream.device
+        for step in steps:
+            if step.stream.backend is not backend or step.stream.device != device:
+                raise CaptureUnsupported("steps run on more than one device or backend")
+        # The graph keeps the plan's steps, never the plan (which owns the graph).
+        self.backend, self.steps, self.stream, self.device = backend, steps, stream, device
+        self.ctx = backend.context(device.index)
+        self.name = "compiled graph"
+        # -- dependencies and branches ----------------------------------------------------------
+        self.deps = deps = plan.deps
+        # Arguments whose values some kernel validates on the host when it can see them (index bounds,
+        # integer powers): a call passing such a value with a host copy runs as commands, so it raises
+        # exactly as eager does; the graph has no host to check with.
+        self.host_checked = sorted({v for step in steps for pos, (kind, v) in enumerate(step.srcs)
+                                    if kind == "arg" and validated_on_host(step.prim, pos)})
+        self.consts = []  # captured values the graph reads: ordered after their (one-time) writers
+        for step in steps:
+            for kind, v in step.srcs:
+                if kind == "const" and not any(v.buffer is c for c in self.consts):
+                    self.consts.append(v.buffer)
+        self.const_ptrs = [c.data.ptr for c in self.consts]
+        self._movable_consts = [i for i, c in enumerate(self.consts) if c.__class__ is OutBuffer]
+        self.branch_of, self.branches = assign_branches(deps, capture.MAX_BRANCHES)
+        self.signals = set()  # steps another branch waits for
+        for j, ds in enumerate(deps):
+            for d in ds:
+                if self.branch_of[d] != self.branch_of[j]:
+                    self.signals.add(d)
+        # -- memory ------------------------------------------------------------------------------
+        self.spec_of = {slot: spec for step in steps for slot, spec in zip(step.slots, step.specs)}
+        returned = []
+        for ref, *_ in plan.outputs:
+            if ref[0] == "slot" and ref[1] not in returned:
+                returned.append(ref[1])
+        self.returned = returned
+        # Intermediates: the plan's arena (made by its first, command-list replay), shared with it.
+        self.regions: list[Buffer] = []
+        self.views: dict[int, ViewArray] = {}
+        for slot, (region, view) in (plan.arena or {}).items():
+            self.views[slot] = view
+            if not any(region is r for r in self.regions):
+                self.regions.append(region)
+        self.outs = OutputSets(backend, self.ctx, device, returned, self.spec_of)
+        # -- arguments ---------------------------------------------------------------------------
+        self.args = Arguments()
+        self.lanes: list = []
+        self.captures = self.updates = self.launches = self.host_calls = 0
+        self.nodes = 0
+        self.last_point = None
+        self._last_args: list | None = None
+        self._last_datas: list | None = None  # the argument values of the last launch (a list compile passes again)
+        self._reads: list = []
+        self._read_writers: list | None = None  # the writers of _reads at a launch that found them clean
+        self._static_writes: list | None = None
+        self._copies: list = []
+        # cuSOLVER calls in the graph: they run on the graphs' own handle, so launches of such graphs
+        # go one after another (each writes the device's graph token)
+        self.has_linalg = any(step.prim.kind == "linalg" for step in steps)
+
+    # -- public ----------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        return {"mode": "cuda graph", "steps": len(self.steps), "nodes": self.nodes,
+                "branches": self.branches, "captures": self.captures, "updates": self.updates,
+                "launches": self.launches, "staged_args": sorted(self.args.staged), "evacuated": self.outs.evacuated,
+                "host_checked_calls": self.host_calls, "output_sets": len(self.outs.sets),
+                "arena_bytes": sum(r.nbytes for r in self.regions), "output_bytes": self.outs.out_bytes}
+
+    def run(self, datas: list, stream) -> Lease | None:
+        """Launch for one call (under the scheduler lock); returns the call's :class:`_Lease` (its
+        values are made from it, ``jit._replay``), or None when this call must run as commands.
+        ``datas`` may be the very list of the last launch (``CompiledFunction`` passes it again for
+        the same values): their buffers are then the same (an evaluated value's buffer never changes;
+        only a compiled output's address can move, checked below)."""
+        last = self._last_args
+        bufs = last if datas is self._last_datas and last is not None else [d.buffer for d in datas]
+        for i in self.host_checked:
+            if bufs[i].data.host is not None:
+                self.host_calls += 1
+                return None
+        args = self.args
+        if not args.specs and datas:
+            args.first(bufs, datas, self.device)
+        if bufs is not last and bufs != last:
+            # other arguments than the last call's: let go of those first, so that a previous output
+            # passed last time (y = f(y)) does not keep its output set busy while this call picks one
+            self._last_args = self._last_datas = self._read_writers = None
+            self._reads = []
+        last = None
+        self._bind(bufs)
+        for i in self._movable_consts:
+            if self.consts[i].data.ptr != self.const_ptrs[i]:  # a captured value (an output) moved
+                self.const_ptrs = [c.data.ptr for c in self.consts]  # every graph reads it at its old address
+                self.outs.stale()
+                break
+        o = self.outs.choose(stream)
+        if o is None:
+            return None  # no memory to free an output set: this call runs as commands
+        if args.movable:  # an argument may be this plan's own output, just moved by choose()
+            self._bind(bufs)
+        if o.exec is None or o.stale:
+            self._capture(o)
+        self._last_datas = None  # in step with _last_args, which _launch sets
+        lease = self._launch(o, stream, bufs)
+        self._last_datas = datas
+        return lease
+
+    def _bind(self, bufs: list) -> None:
+        if self.args.bind(bufs, self._last_args, self._stage):
+            self._static_writes = None  # a new staging buffer is written by each launch
+            self.outs.stale()
+
+    def _stage(self, nbytes: int) -> Buffer:
+        return self.backend.allocate_region(self.device, nbytes, "compile input")
+
+    # -- launch ----------------------------------------------------------------------------------
+    def _launch(self, o: OutSet, stream, bufs: list) -> Lease:
+        region = o.region
+        o.drain()  # readers of dropped outputs: this write of the region waits for them
+        lane = stream.lanes[0]
+        o.lane = lane
+        ctx = self.ctx
+        base = region.data.ptr
+        exec_ = o.exec
+        if bufs != self._last_args:  # the same argument buffers as last call (weights): reuse the lists
+            self._last_args = bufs
+            self._reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
+            self._read_writers = None
+        reads = self._reads
+        # Reads with the writers they had at the last launch, which found them without error or
+        # pending check: this lane follows those writers already, so the encoder only records the
+        # reader entries (tens of arguments: the checks cost about 0.15 us each).
+        writers = [b.writer for b in reads]
+        if writers == self._read_writers:  # Points compare by identity
+            reads, settled = (), reads
+        else:
+            settled = ()
+            clean = True
+            for b in reads:
+                if b.error is not None or b.checks is not None:
+                    clean = False
+                    break
+            self._read_writers = writers if clean else None
+        if self._static_writes is None:
+            self._static_writes = [*self.regions, *self.args.staged.values()]
+            if self.has_linalg:  # captured cuSOLVER calls: launches of such graphs one after another
+                self._static_writes.append(device_handles(ctx).graph_token)
+            staged, nbytes = self.args.staged, self.args.nbytes
+            self._copies = [(staged[i].data.ptr, i, nbytes[i]) for i in staged if nbytes[i]]
+        copies = self._copies  # (errors of the writes: Command.run sets or clears them)
+        checks = o.temps.checks if o.temps is not None else ()
+
+        def launch(lane, copies=copies, bufs=bufs, exec_=exec_, checks=checks):
+            s = lane.stream
+            for dst, i, n in copies:
+                err, = cu.cuMemcpyDtoDAsync(dst, bufs[i].data.ptr, n, s)
+                if err:
+                    check((err,), "cuMemcpyDtoDAsync (compiled input)")
+            err, = cu.cuGraphLaunch(exec_, s)
+            if err:
+                check((err,), "cuGraphLaunch")
+            if checks:
+                launch_checks(lane, checks)
+
+        o.launched = self.launches = self.launches + 1
+        point = self.last_point = stream.encoder.encode(self.name, launch, reads, [*self._static_writes, region],
+                                                        lane=lane, settled=settled)
+        # The values are made by jit._replay from the lease (their buffers only on first use):
+        # the launch is simply their writer, and what it left (Command.run already ran) their error.
+        lease = Lease.__new__(Lease)
+        lease.set, lease.region, lease.base, lease.point = o.ref, region, base, point
+        lease.error, lease.checks, lease.readers, lease.mats, lease.block = region.error, region.checks, {}, [], None
+        lease.specs, lease.ctx, lease.device, lease.apart, lease.seq = self.outs.spec_index, ctx, self.device, [], o.launched
+        lease.deaths, lease.done, lease.owned = [], False, False
+        o.lease = weakref.ref(lease)
+        o.busy = o.launched  # until the lease's finaliser has queued its readers
+        return lease
+
+    # -- capture ---------------------------------------------------------------------------------
+    # -- capture ---------------------------------------------------------------------------------
+    def _capture_lanes(self) -> list:
+        while len(self.lanes) < self.branches:
+            self.lanes.append(CudaLane(self.ctx, self.device, -1, len(self.lanes)))
+        return self.lanes
+
+    def _data(self, kind: str, v: Any, o: OutSet):
+        if kind == "slot":
+            return self._slot_view(v, o)
+        if kind == "const":
+            return v.buffer.data
+        shape, dtype = self.args.specs[v]
+        return ViewArray(self.ctx, shape, dtype, self.args.address(v))
+
+    def _slot_view(self, slot: int, o: OutSet) -> ViewArray:
+        v = self.views.get(slot)
+        if v is None:
+            spec = self.spec_of[slot]
+            v = ViewArray(self.ctx, spec.shape, spec.dtype, o.region.data.ptr + self.outs.out_offsets[slot])
+        return v
+
+    def _capture(self, o: OutSet) -> None:
+        capture.capture(self, o)
+
+    # -- teardown --------------------------------------------------------------------------------
+    def _free_temps(self, temps: Temps) -> None:
+        release_temps(self.ctx, temps, self.last_point)
+
+    def _drop_lanes(self) -> None:
+        last = self.last_point
+        for lane in self.lanes:
+            if last is not None:  # workspaces are freed on the lane: after the graph's last launch
+                lane._enqueue_wait(last)
+            lane.close()
+        self.lanes = []
+
+    def __del__(self) -> None:
+        # Any thread, maybe inside GC: hand the driver objects to the next safe point (Memory.collect).
+        try:
+            self.ctx.memory.retired.append(_Closer(self))
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class _Closer:
+    """Destroys a dropped graph's executable, scratch and capture lanes at the next safe point; memory
+    frees and lane teardown are ordered after the graph's last launch."""
+
+    def __init__(self, g: GraphPlan):
+        self.ctx, self.lanes, self.last = g.ctx, g.lanes, g.last_point
+        self.execs = [o.exec for o in g.outs.sets if o.exec is not None]
+        self.temps = [o.temps for o in g.outs.sets if o.temps is not None]
+
+    def destroy(self) -> None:
+        self.ctx.ensure_current()
+        for ex in self.execs:
+            cu.cuGraphExecDestroy(ex)  # an in-flight launch completes first
+        for t in self.temps:
+            release_temps(self.ctx, t, self.last)
+        for lane in self.lanes:
+            if self.last is not None:
+                lane._enqueue_wait(self.last)
+            lane.destroy()
