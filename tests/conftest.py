@@ -61,15 +61,16 @@ def rng() -> np.random.Generator:
 
 
 def run_under_fake_driver(script: str, cwd, timeout: int):
-    """``script`` in a fresh interpreter with ``tools/`` as its argv[1] (it installs tools/fake_cuda.py:
-    the fake driver must never meet a real one), laneflow importable, no disk kernel cache."""
+    """``script`` in a fresh interpreter with ``tests/doubles/`` as its argv[1] (it installs
+    ``doubles/fake_cuda.py``: the fake driver must never meet a real one), laneflow importable, no disk
+    kernel cache."""
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    doubles = os.path.join(os.path.dirname(os.path.abspath(__file__)), "doubles")
     src = os.path.dirname(os.path.dirname(lf.__file__))
     env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), LANEFLOW_KERNEL_CACHE="")
-    return subprocess.run([sys.executable, "-c", script, os.path.join(root, "tools")], capture_output=True,
+    return subprocess.run([sys.executable, "-c", script, doubles], capture_output=True,
                           text=True, env=env, timeout=timeout, cwd=str(cwd), check=False)
 
 

@@ -97,7 +97,7 @@ def test_outputs_stay_valid_after_the_next_call(device, rng):
 
 
 def test_replay_outputs_are_whole_evaluated_values(device, rng):
-    # _replay builds output values with __new__ and slot stores (graph/compile.py): every slot of an
+    # _replay builds output values with __new__ and slot stores (jit.py): every slot of an
     # evaluated ArrayData must hold what ArrayData.__init__ would give it, and the array count its one Array
     from laneflow.graph.node import ArrayData
 

@@ -1,6 +1,6 @@
 """lf.linalg through cuSOLVER: larger matrices than test_linalg.py, the triangle each routine reads, errors
 from devInfo, per-lane workspaces, and stress under one shared handle (lanes, host threads) on the GPU; and,
-everywhere, the layout bookkeeping of backends/cuda/solver.py against a numpy model of cuSOLVER."""
+everywhere, the layout bookkeeping of backends/cuda/linalg.py against a numpy model of cuSOLVER."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_gpu_compiled_functions_with_factorizations_give_numpy_results(rng):
         close(qr, t, np.float64)
 
 
-# -- everywhere: solver.py's layouts against a numpy model of cuSOLVER's column-major contract ----------
+# -- everywhere: cuda/linalg.py's layouts against a numpy model of cuSOLVER's column-major contract ----------
 
 _MODEL = r'''
 import ctypes, enum, importlib.abc, importlib.machinery, itertools, sys, types
@@ -392,7 +392,7 @@ for t, dt in (("s", np.float32), ("d", np.float64)):
         setattr(sv, t + name, f)
         setattr(sv, t + name + "_buffer_size", lambda *a: 10)
 
-import laneflow.backends.cuda.solver as S
+import laneflow.backends.cuda.linalg as S
 from laneflow.backends.cpu.linalg import linalg as cpu_linalg
 from laneflow.errors import LinAlgError
 
@@ -573,7 +573,7 @@ print(f"checked; {len(fails)} failed")
 
 
 def test_solver_layouts_match_the_cpu_kernel_under_a_numpy_model_of_cusolver(tmp_path, rng):
-    """Runs without a GPU: backends/cuda/solver.py's bookkeeping (transposes, which triangle, leading
+    """Runs without a GPU: backends/cuda/linalg.py's bookkeeping (transposes, which triangle, leading
     dimensions, batch offsets, broadcasting, devInfo errors) drives numpy stand-ins that follow cuSOLVER's
     column-major contract, and must give what the CPU kernel gives. In a subprocess, because the stand-in
     ``cuda.bindings`` and ``nvmath.bindings`` modules must never meet the real ones."""

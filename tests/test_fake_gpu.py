@@ -1,4 +1,4 @@
-"""The CUDA backend's host-side bookkeeping, on any machine: ``tools/fake_cuda.py`` replaces every
+"""The CUDA backend's host-side bookkeeping, on any machine: ``tests/doubles/fake_cuda.py`` replaces every
 driver call with an instant success, so nothing runs on a device (values are garbage) but every
 decision the backend makes on the host does. Checked here: compile's CUDA-graph plan (captures, output
 sets, moving kept outputs, staging changed arguments, an exported output keeping its region, teardown)

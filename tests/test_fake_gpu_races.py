@@ -1,4 +1,4 @@
-"""The CUDA backend checked for races without a GPU: ``tools/race_cuda.py`` runs the CUDA
+"""The CUDA backend checked for races without a GPU: ``tests/doubles/race_cuda.py`` runs the CUDA
 backend on the fake driver with a happens-before model of the device (streams as vector clocks,
 events, stream-ordered memory that is never reused, a GPU that finishes work only when the host
 learns it did) and reports any two accesses to the same bytes, one a write, that nothing orders, any
@@ -114,7 +114,7 @@ def test_the_model_reports_a_launch_that_does_not_wait_for_readers_of_dropped_ou
 _EAGER = r'''
 import gc, os, random, sys
 sys.path.insert(0, sys.argv[1])
-sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "tests"))
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # tests/, for test_fuzz
 import race_cuda as R
 R.install()
 import numpy as np
@@ -204,7 +204,7 @@ def test_lanes_sharing_a_matmul_handle_never_share_a_workspace_on_the_modelled_g
 _MIXED = r'''
 import gc, os, random, sys
 sys.path.insert(0, sys.argv[1])
-sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "tests"))
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # tests/, for test_fuzz
 import race_cuda as R
 R.install()
 import numpy as np

@@ -78,7 +78,7 @@ def group_matmuls(order: list[ArrayData]) -> list | None:
                 if i.buffer is None:
                     deep = True
         p = d.prim
-        if p.kind != "matmul" or p.gkey is None:  # gkey: the op checked shapes and dtypes (ops/linalg.py)
+        if p.kind != "matmul" or p.gkey is None:  # gkey: the op checked shapes and dtypes (ops/matmul.py)
             continue
         backend = d.stream.backend
         if last is not None and last[0] is p and last[1] is backend:

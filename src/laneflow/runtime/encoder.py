@@ -99,7 +99,7 @@ class CommandEncoder:
         ``settled`` (with ``lane``): more buffers the command reads that need no checks, only their
         reader entries: the caller knows ``lane`` already follows their writers and that they carry no
         error or pending check (a compiled call whose arguments are the last call's, with the same
-        writers: ``cuda/graph.py``)."""
+        writers: ``backends/cuda/cudagraph/``)."""
         stats = STATS
         if lane is None and len(self.lanes) == 1:
             lane = self.lanes[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import custom as _custom
 from . import matmul as _matmul
-from . import solver as _linalg
+from . import linalg as _linalg
 from .kernels import copy as _copy
 from .kernels import elementwise as _ew
 from .kernels import fused as _fused

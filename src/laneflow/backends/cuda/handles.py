@@ -195,7 +195,7 @@ class DeviceHandles:
         self.ctx = ctx
         self._lock = threading.Lock()
         self.pools: dict[str, HandlePool] = {}
-        self.solver: Any = None  # per-device cuSOLVER state of backends/cuda/solver.py
+        self.solver: Any = None  # per-device cuSOLVER state of backends/cuda/linalg.py
         # A memoryless buffer every launch of a graph with captured cuSOLVER calls writes, so the
         # encoder runs those launches one after another (they share the ``cusolverDn-graph`` handle).
         self.graph_token = Buffer(None, 0, _NoMemory())

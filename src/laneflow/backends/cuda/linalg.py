@@ -176,7 +176,7 @@ def _info_error(op: str, what: str, detail: str, i: int, v: int, count: int) -> 
 def _defer_info(lane, op: str, what: str, detail: str, ptr: int, count: int, prim=None) -> None:
     """Check ``count`` devInfo words without waiting: a one-thread kernel copies the first nonzero one
     (batch index and value) into a check slot, read at the host wait (:mod:`.checks`). A chunk of a
-    batch split over lanes (``ops/solvers.py``) names matrices by their index in the whole batch."""
+    batch split over lanes (``ops/linalg.py``) names matrices by their index in the whole batch."""
     if not count:
         return
     params = getattr(prim, "params", {})
@@ -437,7 +437,7 @@ def svd(lane, lib: SolverLib, call: _Call, prim, a, outs) -> None:
 
 
 def linalg(lane, prim, ins, outs) -> None:
-    """The ``linalg`` primitive kind on a CUDA lane (see :mod:`laneflow.ops.solvers`)."""
+    """The ``linalg`` primitive kind on a CUDA lane (see :mod:`laneflow.ops.linalg`)."""
     if all(o.size == 0 for o in outs):
         return
     name = prim.name

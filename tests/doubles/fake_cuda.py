@@ -3,12 +3,12 @@ and profile the backend's *Python* host cost per op (the part a GPU run cannot s
 time). Results are garbage: nothing runs. Needs ``cuda-bindings`` importable (types and enums come from
 it); NVRTC and cuBLASLt are replaced too.
 
-    python tools/fake_cuda.py dispatch          # host us per tiny add, eager, on the fake GPU
-    python tools/fake_cuda.py compiled          # host us per compiled call (1 tiny op; CUDA graph path)
-    python tools/fake_cuda.py experts           # host us per compiled call, 32 matmuls, 64 arguments
-    python tools/fake_cuda.py experts-captured  # the same with the 32 weights closed over (32 arguments)
-    python tools/fake_cuda.py experts64         # 64 matmuls, 128 arguments (also experts64-captured)
-    python tools/fake_cuda.py eager-experts     # host us per eager step: 32 matmuls built and evaluated
+    python tests/doubles/fake_cuda.py dispatch          # host us per tiny add, eager, on the fake GPU
+    python tests/doubles/fake_cuda.py compiled          # host us per compiled call (1 tiny op; CUDA graph path)
+    python tests/doubles/fake_cuda.py experts           # host us per compiled call, 32 matmuls, 64 arguments
+    python tests/doubles/fake_cuda.py experts-captured  # the same with the 32 weights closed over (32 arguments)
+    python tests/doubles/fake_cuda.py experts64         # 64 matmuls, 128 arguments (also experts64-captured)
+    python tests/doubles/fake_cuda.py eager-experts     # host us per eager step: 32 matmuls built and evaluated
     ... N LANES                                 # ops/calls measured (default 5000), lanes (default 1)
     ... --profile                               # cProfile of the measured loop
 
