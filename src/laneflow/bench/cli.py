@@ -8,7 +8,7 @@ from typing import Any
 
 from .peers import PEERS
 
-SUITE_NAMES = ("dispatch", "experts", "replay", "branches", "kernels", "handles", "fences", "all")
+SUITE_NAMES = ("dispatch", "experts", "replay", "branches", "kernels", "handles", "fences", "gpt2", "all")
 
 
 def add_parser(sub: Any) -> None:
