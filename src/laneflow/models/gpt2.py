@@ -221,13 +221,16 @@ class Ops:
 
     - ``embed(wte, ids)``: rows of ``wte`` (V, d) at ``ids`` (b, t) -> (b, t, d)
     - ``layer_norm(x, weight, bias, eps)`` over the last axis (biased variance, eps inside the root)
-    - ``attention(q, k, v, scale)``: causal, (b, heads, t, head_dim) each -> (b, heads, t, head_dim)
+    - ``causal_mask(t)``: what ``attention`` takes as ``mask``, made once per forward (True where a
+      query may see a key); None for an attention that is causal by itself
+    - ``attention(q, k, v, scale, mask)``: causal, (b, heads, t, head_dim) each -> (b, heads, t, head_dim)
     - ``gelu(x)``: the tanh approximation (Hugging Face's ``gelu_new``)
     """
 
     embed: Callable[[Any, Any], Any]
     layer_norm: Callable[[Any, Any, Any, float], Any]
-    attention: Callable[[Any, Any, Any, float], Any]
+    causal_mask: Callable[[int], Any]
+    attention: Callable[[Any, Any, Any, float, Any], Any]
     gelu: Callable[[Any], Any]
 
 
@@ -248,16 +251,18 @@ def plain_ops(xp: Any, *, softmax: Callable | None = None, take: Callable | None
         var = (xc * xc).mean(axis=-1, keepdims=True)
         return xc / xp.sqrt(var + eps) * w + b
 
-    def attention(q, k, v, scale):
-        i = xp.arange(q.shape[-2])
-        causal = i[:, None] >= i[None, :]
-        att = xp.where(causal, (q @ k.swapaxes(-1, -2)) * scale, -1e9)
+    def causal_mask(t):
+        i = xp.arange(t)  # made on the device, not copied from the host at every call
+        return i.reshape(t, 1) >= i.reshape(1, t)
+
+    def attention(q, k, v, scale, mask):
+        att = xp.where(mask, (q @ k.swapaxes(-1, -2)) * scale, -1e9)
         return softmax(att, axis=-1) @ v
 
     def gelu(x):
         return 0.5 * x * (1.0 + xp.tanh(c * (x + 0.044715 * x * x * x)))
 
-    return Ops(embed, layer_norm, attention, gelu)
+    return Ops(embed, layer_norm, causal_mask, attention, gelu)
 
 
 def numpy_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -288,12 +293,13 @@ def forward(params: Mapping[str, Any], ids: Any, cfg: GPT2Config, ops: Ops | Non
         return x.reshape(b, t, nh, dh).transpose(0, 2, 1, 3)
 
     h = ops.embed(P[PREFIX + "wte.weight"], ids) + P[PREFIX + "wpe.weight"][:t]
+    mask = ops.causal_mask(t)
     for i in range(cfg.n_layer):
         p = f"{PREFIX}h.{i}."
         a = ops.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
         qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
         q, k, v = heads(qkv[..., :d]), heads(qkv[..., d:2 * d]), heads(qkv[..., 2 * d:])
-        y = ops.attention(q, k, v, scale).transpose(0, 2, 1, 3).reshape(b, t, d)
+        y = ops.attention(q, k, v, scale, mask).transpose(0, 2, 1, 3).reshape(b, t, d)
         h = h + (y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"])
         m = ops.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
         m = ops.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
