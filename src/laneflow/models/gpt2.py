@@ -31,10 +31,9 @@ from . import safetensors_io
 #: Prefix of the body's parameters in ``GPT2LMHeadModel``'s state dict (the hub's ``gpt2`` file has none).
 PREFIX = "transformer."
 
-_BLOCK = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-          "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-          "mlp.c_proj.weight", "mlp.c_proj.bias")
-
+__all__ = ["GPT2Config", "Ops", "LANEFLOW_OPS", "NUMPY_OPS", "PREFIX", "config_from_params", "forward", "init_params",
+           "load_safetensors", "numpy_params", "numpy_softmax", "param_shapes", "plain_ops", "reference_forward",
+           "save_safetensors", "to_laneflow"]
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -84,7 +83,7 @@ def param_shapes(cfg: GPT2Config) -> dict[str, tuple[int, ...]]:
              "mlp.c_fc.weight": (d, f), "mlp.c_fc.bias": (f,), "mlp.c_proj.weight": (f, d), "mlp.c_proj.bias": (d,)}
     out = {PREFIX + "wte.weight": (cfg.vocab_size, d), PREFIX + "wpe.weight": (cfg.n_positions, d)}
     for i in range(cfg.n_layer):
-        out.update({f"{PREFIX}h.{i}.{k}": block[k] for k in _BLOCK})
+        out.update({f"{PREFIX}h.{i}.{k}": shape for k, shape in block.items()})
     out[PREFIX + "ln_f.weight"] = (d,)
     out[PREFIX + "ln_f.bias"] = (d,)
     return out
@@ -266,6 +265,7 @@ def plain_ops(xp: Any, *, softmax: Callable | None = None, take: Callable | None
 
 
 def numpy_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis`` in numpy (max subtracted), in the input's dtype."""
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 

@@ -9,7 +9,8 @@ case's dtype) and the same ids.
 Rows: ``laneflow eager, first call`` (one sample: the first forward of these shapes in this process,
 graph building and any kernel compile included; what a plan cache's miss will cost), ``laneflow
 eager`` on 1 and on several lanes (later calls, one ``lf.eval`` each; a cache hit), ``laneflow
-compiled`` (``lf.compile`` with the weights as arguments) and ``... weights captured`` (closed over);
+compiled`` (``lf.compile`` with the weights as arguments), ``... weights captured`` (closed over) and
+``... ids from a device op`` (see :func:`_device_ids`);
 then torch (transformers' ``GPT2LMHeadModel``, sdpa attention, eager and a CUDA graph), jax (``jax.jit``
 of the same numpy-style forward), mlx (eager and ``mx.compile``) and numpy (CPU), where importable.
 
@@ -43,6 +44,7 @@ CPU_CONFIG = model.GPT2Config(n_layer=4, n_embd=64, n_head=4, vocab_size=1024, n
 #: laneflow float32 against transformers float32: two float32 implementations of the same math.
 HF_RTOL = 1e-4
 HF_CHECK = "check: laneflow float32 = transformers float32"
+DEVICE_IDS = "laneflow compiled, weights captured, ids from a device op"
 
 
 @suite("gpt2", "GPT-2 forward (logits of B x T tokens): GPT-2 small in bf16 on a GPU, a small model on the CPU")
@@ -83,10 +85,23 @@ def _case(ctx, cfg: model.GPT2Config, weights: dict, B: int, T: int, dt: np.dtyp
     if why is None:
         rows.append(lfi.guard(case, "laneflow compiled, weights captured", ctx.lanes,
                               lambda: lfi.compiled_captured(case, ctx.device, make, [ids], inputs[1:], ctx.lanes)))
+        rows.append(lfi.guard(case, DEVICE_IDS, ctx.lanes, lambda: _device_ids(case, ctx, make, ids, inputs[1:])))
     results = ctx.run_case(case, "gpt2", rows)
     if "torch" in ctx.peers and why is None:
         results.append(_transformers_check(case, ctx.device, cfg, weights, ids))
     return results
+
+
+def _device_ids(case: Case, ctx, make, ids: np.ndarray, weights: list):
+    """The captured-weights row called with ids that a device op made. Small arrays uploaded from the
+    host keep a host copy on the GPU, and a compiled call whose index argument has one runs as
+    commands (its bounds are checked on the host, as eager does), not as the CUDA graph; ids computed
+    on the device have none (``bytes`` of both rows count the same work)."""
+    made = lf.array(ids, device=ctx.device) + 0
+    lf.eval(made)
+    impl = lfi.compiled_captured(case, ctx.device, make, [made], weights, ctx.lanes)
+    impl.name, impl.note = DEVICE_IDS, "ids = lf.array(ids) + 0: no host copy"
+    return impl
 
 
 def _first_call(case: Case, device, floors, program, inputs) -> Result:
