@@ -68,7 +68,7 @@ def _case(ctx, cfg: model.GPT2Config, weights: dict, B: int, T: int, dt: np.dtyp
     case = Case("gpt2", f"{what} ({cfg.n_head} heads, vocab {cfg.vocab_size}) forward, {B} x {T} tokens, {dt.name}",
                 {"ids": ids}, ref, bytes=weight_bytes + ids.nbytes + ref.size * dt.itemsize,
                 flops=cfg.matmul_flops(B, T), dtype=dt,
-                params={"config": cfg, "weights": weights, "B": B, "T": T, "weight_MB": round(weight_bytes / 1e6, 1)})
+                params={"config": cfg, "weights": weights, "B": B, "T": T})
     names = list(weights)
     inputs = [ids] + [weights[k] for k in names]
 
@@ -93,10 +93,12 @@ def _case(ctx, cfg: model.GPT2Config, weights: dict, B: int, T: int, dt: np.dtyp
 
 
 def _device_ids(case: Case, ctx, make, ids: np.ndarray, weights: list):
-    """The captured-weights row called with ids that a device op made. Small arrays uploaded from the
-    host keep a host copy on the GPU, and a compiled call whose index argument has one runs as
-    commands (its bounds are checked on the host, as eager does), not as the CUDA graph; ids computed
-    on the device have none (``bytes`` of both rows count the same work)."""
+    """The captured-weights row, called with ids that a device op made. On the GPU small arrays
+    uploaded from the host keep a host copy, and a compiled call whose index argument has one runs as
+    commands, not as the CUDA graph (the bounds are checked on the host, as eager does). Ids computed on
+    the device have no host copy; today an index kernel with device indices also keeps a compiled
+    function on commands (docs/cuda-notes.md, open work), and once that is mended this row is the one
+    that replays the graph."""
     made = lf.array(ids, device=ctx.device) + 0
     lf.eval(made)
     impl = lfi.compiled_captured(case, ctx.device, make, [made], weights, ctx.lanes)
