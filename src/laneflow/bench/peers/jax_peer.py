@@ -103,3 +103,16 @@ def kernels(case, device, lanes):
     f = jax.jit(lambda a, b, c: [a * b + c, jnp.exp(a), jnp.sum(b), jax.nn.softmax(c.reshape(rows, -1), axis=-1)])
     a, b, c = args["a"], args["b"], args["c"]
     return [_impl(jax, "jit", lambda: f(a, b, c), lanes=1)]
+
+
+def gpt2(case, device, lanes):
+    """``jax.jit`` of the model's numpy-style forward (as ``anchors/probe_gpt2.py``), weights as arguments."""
+    jax, dev = _device(device)
+    from ...models import gpt2 as model
+
+    cfg = case.params["config"]
+    params = {k: jax.device_put(v, dev) for k, v in case.params["weights"].items()}  # bfloat16 stays bfloat16
+    ids = jax.device_put(case.inputs["ids"], dev)
+    ops = model.plain_ops(jax.numpy, softmax=jax.nn.softmax)
+    f = jax.jit(lambda params, ids: model.forward(params, ids, cfg, ops))
+    return [_impl(jax, "jit", lambda: f(params, ids), lanes=1, note="the same forward on jax.numpy")]

@@ -34,14 +34,15 @@ def check(device: Any) -> None:
 
 def _setup(case, device):
     mx, dev = _device(device)
-    args = {}
-    for k, v in case.inputs.items():
-        if v.dtype.name == "bfloat16":
-            args[k] = mx.array(v.astype(np.float32)).astype(mx.bfloat16)
-        else:
-            args[k] = mx.array(v)
+    args = {k: _array(mx, v) for k, v in case.inputs.items()}
     mx.eval(*args.values())
     return mx, dev, args
+
+
+def _array(mx, v: np.ndarray):
+    if v.dtype.name == "bfloat16":  # MLX does not take ml_dtypes' bfloat16 from numpy
+        return mx.array(v.astype(np.float32)).astype(mx.bfloat16)
+    return mx.array(v)
 
 
 def _impl(mx, dev, name, fn, to_host=None, lanes=None, note="") -> Impl:
@@ -125,3 +126,21 @@ def fences(case, device, lanes):
         return x
     return [_impl(mx, dev, "one stream", one_stream, lanes=1, note="no fences: baseline"),
             _impl(mx, dev, "two streams", ping_pong, lanes=2)]
+
+
+def gpt2(case, device, lanes):
+    """The model's numpy-style forward on MLX arrays: eager, and ``mx.compile`` (as ``anchors/probe_gpt2.py``)."""
+    mx, dev, args = _setup(case, device)
+    from ...models import gpt2 as model
+
+    cfg = case.params["config"]
+    params = {k: _array(mx, v) for k, v in case.params["weights"].items()}
+    mx.eval(*params.values())
+    ids = args["ids"]
+    ops = model.plain_ops(mx)
+
+    def forward(params, ids):
+        return model.forward(params, ids, cfg, ops)
+    compiled = mx.compile(forward)
+    return [_impl(mx, dev, "eager", lambda: forward(params, ids), lanes=1),
+            _impl(mx, dev, "compiled", lambda: compiled(params, ids), lanes=1)]

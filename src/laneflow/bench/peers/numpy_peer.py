@@ -56,3 +56,13 @@ def kernels(case, device, lanes):
         e = np.exp(z - z.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
     return [_impl("eager", lambda: [a * b + c, np.exp(a), np.sum(b), softmax(c.reshape(rows, -1))])]
+
+
+def gpt2(case, device, lanes):
+    """The model's numpy-style forward run on numpy arrays (laneflow.models.gpt2.NUMPY_OPS)."""
+    check(device)
+    from ...models import gpt2 as model
+
+    cfg, weights, ids = case.params["config"], case.params["weights"], case.inputs["ids"]
+    return [_impl("eager", lambda: model.forward(weights, ids, cfg, model.NUMPY_OPS),
+                  note="the same forward on numpy arrays")]

@@ -262,3 +262,50 @@ def handles(case, device, lanes):
     it.extra.update(first_run_ms=round(first * 1e3, 3),
                     memory_growth_MiB=None if before is None else round((after - before) / 2**20, 2))
     return [it]
+
+
+def hf_gpt2(cfg: Any, weights: dict, dev: str = "cpu", dtype: Any = None):
+    """transformers' ``GPT2LMHeadModel`` of ``cfg`` (a laneflow GPT2Config) with sdpa attention (its
+    eager attention breaks CUDA-graph capture), in eval mode, holding ``weights`` (numpy, Hugging Face
+    names; the head stays tied to ``wte``) in ``dtype`` (a torch dtype; None: float32) on ``dev``."""
+    torch = _torch()
+    transformers = require("transformers")
+    hc = transformers.GPT2Config(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
+                                 vocab_size=cfg.vocab_size, n_positions=cfg.n_positions,
+                                 layer_norm_epsilon=cfg.layer_norm_epsilon, attn_implementation="sdpa",
+                                 bos_token_id=cfg.vocab_size - 1, eos_token_id=cfg.vocab_size - 1)
+    m = transformers.GPT2LMHeadModel(hc).eval()
+    state = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in weights.items()}
+    got = m.load_state_dict(state, strict=False)
+    missing = [k for k in got.missing_keys if k != "lm_head.weight"]
+    if missing or got.unexpected_keys:
+        raise ValueError(f"transformers' GPT-2 did not take the weights: missing {missing[:3]}, "
+                         f"unexpected {got.unexpected_keys[:3]}")
+    return m.to(dev, dtype or torch.float32)
+
+
+def hf_gpt2_logits(cfg: Any, weights: dict, ids: np.ndarray) -> np.ndarray:
+    """Float32 logits of ``ids`` through :func:`hf_gpt2` on the CPU (a reference for the float32 math)."""
+    torch = _torch()
+    m = hf_gpt2(cfg, weights)
+    with torch.no_grad():
+        return m(torch.from_numpy(ids.astype(np.int64)), use_cache=False).logits.numpy()
+
+
+def gpt2(case, device, lanes):
+    """transformers' GPT-2 forward: eager, and replayed from a CUDA graph on the GPU (as
+    ``anchors/probe_gpt2.py``; ``use_cache=False``: a forward, no KV cache built)."""
+    torch, dev, gpu, impl = _setup(device)
+    tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(np.dtype(case.dtype).name, torch.float32)
+    m = hf_gpt2(case.params["config"], case.params["weights"], dev, tdt)
+    ids = torch.from_numpy(case.inputs["ids"].astype(np.int64)).to(dev)
+
+    def forward():
+        with torch.no_grad():
+            return m(ids, use_cache=False).logits
+    rows = [impl("eager", forward, lanes=1, note="GPT2LMHeadModel, sdpa attention")]
+    if gpu:
+        static: dict = {}
+        g = _graph(torch, lambda: static.__setitem__("logits", forward()))  # the captured call's output
+        rows.append(impl("graph", lambda: (g.replay(), static["logits"])[1], lanes=1))
+    return rows
