@@ -9,7 +9,7 @@ the op table (``power``, whose integer case has a host-side check, does not) and
 its inputs are the group's external values.
 
 Results are those of the unfused ops, bit for bit: each step computes in its own loop dtype and is
-rounded to its own dtype, as if stored and loaded (the CUDA kernel keeps a barrier between steps so
+rounded to its own dtype, as if stored and loaded (CUDA kernels compile with ``--fmad=false``, so
 the compiler cannot contract a multiply of one step with an add of the next). The decision depends on
 the program alone (never on lanes or streams); a group runs on its root's stream.
 

@@ -75,7 +75,8 @@ class StickyPolicy(GreedyPolicy):
     rotating only adds cross-lane waits (on the H200 the 4-lane eager MoE demo ran at 0.84x of one
     lane); this policy then stays on one lane. Work that keeps lanes busy still spreads, because a busy
     lane is never the least loaded. Opt-in (``lf.new_stream(..., policy="sticky")`` or
-    ``LANEFLOW_LANE_POLICY=sticky``) until measured on the GPU.
+    ``LANEFLOW_LANE_POLICY=sticky``): measured on the H200 it did no better than greedy (the demo at
+    0.86x of one lane against greedy's 0.87x; docs/perf/HISTORY.md).
     """
 
     rotate = False

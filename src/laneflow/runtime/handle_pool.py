@@ -15,7 +15,7 @@ memory by the number of streams. The policies:
 - ``thread``: one handle per device per host thread (PyTorch's design).
 - ``stream``: one handle per lane (JAX's design).
 
-Select with ``lf.set_handle_policy(name)`` or the environment variable ``LANEFLOW_HANDLE_POLICY``
+Select with ``lf.cuda.set_handle_policy(name)`` or the environment variable ``LANEFLOW_HANDLE_POLICY``
 (read at the first use, and again whenever :func:`handle_policy` or :func:`set_handle_policy` is called).
 The ``device`` policy may keep a few handles of one library per device instead of one
 (:func:`set_handles_per_device`, ``LANEFLOW_CUSOLVERDN_HANDLES=2``): for cuSOLVER, whose shared handle runs
