@@ -216,8 +216,9 @@ def test_bench_gpt2_quick_runs_and_every_row_agrees(tmp_path):
     assert {r["workload"] for r in rows} == {
         f"GPT-2-like 2 layers x 64 (4 heads, vocab 256) forward, {b} x 8 tokens, float32" for b in (1, 2)}
     impls = {(r["impl"], r["lanes"]) for r in rows}
-    assert {("laneflow eager, first call", 1), ("laneflow eager", 1), ("laneflow compiled", 2),
-            ("laneflow compiled, weights captured", 2), ("numpy eager", 1)} <= impls
+    lanes = doc["settings"]["lanes"]  # (the CPU default: 2 to 4, by the machine's cores)
+    assert {("laneflow eager, first call", 1), ("laneflow eager", 1), ("laneflow compiled", lanes),
+            ("laneflow compiled, weights captured", lanes), ("numpy eager", 1)} <= impls
     for r in rows:
         assert r["status"] == "ok" and r["matches"] is True, r
         assert r["max_abs_diff"] < 1e-5 and r["bytes"] > 0 and r["floor_us"] > 0

@@ -39,8 +39,20 @@ class StreamEventTimer:
         return longest / 1e3
 
     def __del__(self) -> None:
+        # Maybe inside GC, while another library captures a CUDA graph: no driver call here; the
+        # events are destroyed at laneflow's next safe point (Memory.collect).
         try:
-            for ev in [self.begin, *self.ends]:
-                cu.cuEventDestroy(ev)
+            self.ctx.memory.retired.append(_Events([self.begin, *self.ends]))
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+class _Events:
+    """Timing events to destroy at the next safe point (``Memory.retired``)."""
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def destroy(self) -> None:
+        for ev in self.events:
+            cu.cuEventDestroy(ev)

@@ -132,14 +132,19 @@ def capture(g, o) -> None:
             if j in g.signals:
                 ev = done[j] = event()
                 check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord (capture)")
-        for lane in lanes[1:]:
-            ev = event()
-            check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord (join)")
-            check(cu.cuStreamWaitEvent(s0, ev, 0), "cuStreamWaitEvent (join)")
     except BaseException as e:  # noqa: BLE001 - end the capture whatever happened, then report
         failure = e
     finally:
         mem.capture = None
+        # Join every forked lane back to the origin, also after a failure: an unjoined fork would leave
+        # the capture sequence (and those streams) in an unusable state for laneflow and for other
+        # libraries that capture graphs in this process.
+        for lane in lanes[1:]:
+            ev = event()
+            e1, = cu.cuEventRecord(ev, lane.stream)
+            e2, = cu.cuStreamWaitEvent(s0, ev, 0)
+            if (e1 or e2) and failure is None:
+                failure = CaptureUnsupported(f"joining the capture lanes: {e1 or e2!r}")
         err, graph = cu.cuStreamEndCapture(s0)
         for ev in events:
             cu.cuEventDestroy(ev)

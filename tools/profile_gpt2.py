@@ -1,0 +1,78 @@
+"""Where the host time of a GPT-2 small eager forward goes: cProfile over repeated forwards.
+
+    python tools/profile_gpt2.py [--device gpu|cpu] [--batch 1] [--tokens 16] [--steps 5] [--fake]
+
+Prints the wall time per forward, the commands per forward, and the top functions by own time and by
+cumulative time. ``--fake`` runs the CUDA backend on the fake driver (tests/doubles/fake_cuda.py), so
+the GPU backend's host path can be profiled on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+
+import numpy as np
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="gpu")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--lanes", type=int, default=1)
+    ap.add_argument("--fake", action="store_true")
+    ap.add_argument("--top", type=int, default=35)
+    a = ap.parse_args()
+    if a.fake:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "doubles"))
+        import fake_cuda
+
+        fake_cuda.install()
+    import laneflow as lf
+    from laneflow.models import gpt2
+
+    cfg = gpt2.GPT2Config()
+    dev = lf.Device(a.device)
+    st = lf.new_stream(dev, lanes=a.lanes)
+    params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16 if dev.type == "gpu" else lf.float32, device=dev)
+    lf.eval(list(params.values()))
+    ids = lf.array(np.random.default_rng(0).integers(0, cfg.vocab_size, (a.batch, a.tokens)), stream=st)
+
+    def step():
+        with lf.stream(st):
+            y = gpt2.forward(params, ids, cfg)
+        lf.eval(y)
+        return y
+
+    for _ in range(3):
+        step()
+    lf.reset_stats()
+    t = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    wall = (time.perf_counter() - t) / a.steps
+    cmds = lf.stats()["commands"] / a.steps
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(a.steps):
+        step()
+    prof.disable()
+    print(f"GPT-2 small eager forward on {dev} (B={a.batch}, T={a.tokens}, lanes={a.lanes}{', fake driver' if a.fake else ''}):"
+          f" {wall * 1e3:.2f} ms per forward, {cmds:.0f} commands, {wall / cmds * 1e6:.1f} us per command")
+    for key in ("tottime", "cumulative"):
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
+        print(f"== by {key}")
+        print("\n".join(s.getvalue().splitlines()[6:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
