@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .graph import eval_cache
 from .graph import tracer as _tracer
 from .graph import schedule as _sched
 from .graph.node import ArrayData
@@ -102,7 +103,7 @@ class Array:
         with _sched.LOCK:
             d = self._data
             if d.buffer is None:
-                _sched.schedule((d,))
+                eval_cache.schedule((d,))
             buf = d.buffer
             backend = d.stream.backend
             if backend.host_view:

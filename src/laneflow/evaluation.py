@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from .array import Array
+from .graph import eval_cache
 from .graph import schedule as _sched
 from .graph.node import LazyData
 from .runtime.stats import STATS
@@ -48,7 +49,7 @@ def async_eval(*xs: Any) -> None:
     else:
         return
     with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
-        _sched.schedule([a._data for a in arrays])
+        eval_cache.schedule([a._data for a in arrays])
 
 
 def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's name
@@ -63,7 +64,7 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
         for d in datas:  # held while waiting: another thread's x[i] = v must not reuse these buffers
             d.arrays += 1
     try:
-        _sched.schedule(datas)
+        eval_cache.schedule(datas)
         for d in datas:
             _sched.wait(d, timeout)
     finally:

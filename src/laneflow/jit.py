@@ -30,6 +30,7 @@ import numpy as np
 from .array import Array
 from .defaults import current_stream
 from .errors import CompileError
+from .graph import eval_cache
 from .graph import schedule as _sched
 from .graph import tracer
 from .graph.node import ArrayData, LazyData
@@ -207,7 +208,7 @@ def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool) -> Any:
         if not evaluated:
             pending = [d for d in datas if d.buffer is None]
             if pending:
-                _sched.schedule(pending)
+                eval_cache.schedule(pending)
         slots: list | None = None
         plan.calls += 1
         unit = plan.unit if plan.unit is not None or plan.calls < 2 else executor(plan, stream)

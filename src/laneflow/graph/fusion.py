@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 
 from ..ops import table
-from .node import ArrayData, Primitive
+from .node import ArrayData, Primitive, Scalar
 
 #: Most ops in one fused kernel (a longer chain becomes several kernels that each compile once).
 MAX_FUSE = 32
@@ -55,6 +55,16 @@ class Fused(Primitive):
         shown = names if len(names) <= 6 else names[:3] + ["..."] + names[-2:]
         super().__init__(f"fused {', '.join(shown)}" + (f" ({len(names)} ops)" if len(names) > 6 else ""))
         self.steps = steps
+
+    def scalars(self) -> tuple:
+        return tuple(o for _, operands, _ in self.steps for o in operands if o.__class__ is Scalar)
+
+    def with_own_scalars(self) -> "Fused":
+        p = Fused.__new__(Fused)
+        p.__dict__.update(self.__dict__)
+        p.steps = tuple((fn, tuple(Scalar(o.value) if o.__class__ is Scalar else o for o in operands), dtype)
+                        for fn, operands, dtype in self.steps)
+        return p
 
 
 class FusedNode:

@@ -10,24 +10,82 @@ from typing import Any
 import numpy as np
 
 
+class Scalar:
+    """A Python scalar operand of an elementwise op, kept weak (NEP 50) and passed to the kernel. Its
+    value is a run-time parameter: the plan cache keys a graph by the scalar's type, not its value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Scalar({self.value!r})"
+
+
+def _py_type(v: Any) -> type:
+    t = v.__class__
+    if t is bool or t is int or t is float:
+        return t
+    return bool if isinstance(v, (bool, np.bool_)) else int if isinstance(v, (int, np.integer)) else float
+
+
 class Primitive:
     """What a node computes. ``kind`` names the kernel family a backend implements; ``name`` is the
     user-facing op name used in errors, stats and traces. ``donates``: output 0 may reuse input 0's
     buffer when nothing else can observe it (same shape and dtype), which is a real in-place write.
     ``one_allocation``: the outputs (alike, made and usually dropped together) share one allocation
-    where the backend offers ``allocate_many``.
+    where the backend offers ``allocate_many``. ``cacheable``: the plan cache may key a graph holding
+    it by :meth:`cache_key` (False for a primitive whose parameters are data: a constant's host array,
+    a user kernel's launch closure).
+
+    Primitives are immutable once made, except the values of their :class:`Scalar` operands, which the
+    plan cache treats as run-time parameters.
     """
 
     kind = "?"
     donates = False
     one_allocation = False
+    cacheable = True
 
     def __init__(self, name: str):
         self.name = name
 
+    def cache_key(self) -> tuple:
+        """The primitive's static parameters as a hashable key (computed once; Scalars by type only)."""
+        k = self.__dict__.get("_key")
+        if k is None:
+            k = self.__dict__["_key"] = (type(self), tuple((n, _freeze(v)) for n, v in vars(self).items()
+                                                          if n != "_key"))
+        return k
+
+    def scalars(self) -> tuple:
+        """The Scalar operands (run-time parameters), in a fixed order."""
+        return ()
+
+    def with_own_scalars(self) -> "Primitive":
+        """This primitive, or a copy with Scalar objects of its own (which a cached plan may set)."""
+        return self
+
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "name")
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k not in ("name", "_key"))
         return f"{type(self).__name__}({self.name}{', ' if fields else ''}{fields})"
+
+
+def _freeze(v: Any) -> Any:
+    """A hashable stand-in for a primitive's parameter."""
+    c = v.__class__
+    if c is tuple or c is list:
+        return tuple(_freeze(x) for x in v)
+    if c is Scalar:
+        return (Scalar, _py_type(v.value))
+    if c is slice:
+        return (slice, v.start, v.stop, v.step)
+    if c is dict:
+        return (dict, tuple(sorted((k, _freeze(x)) for k, x in v.items())))
+    if c is float:
+        return (float, v.hex()) if v == v else (float, "nan")  # -0.0 and 0.0 apart; NaN equal to itself
+    return v
 
 
 class ArrayData:

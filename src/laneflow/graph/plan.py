@@ -185,10 +185,11 @@ def executor(plan: Plan, stream: Any):
     return unit
 
 
-def replay_commands(plan: Plan, datas: list, slots: list) -> None:
+def replay_commands(plan: Plan, datas: list, slots: list, prims: dict | None = None) -> None:
     """Submit the plan's steps through the encoders, intermediates in the plan's regions when it has a
     memory plan (else each output is allocated afresh). Each region is one buffer, so the encoder orders
-    a region's reuse after its earlier readers, within a call and across calls."""
+    a region's reuse after its earlier readers, within a call and across calls. ``prims``: step index ->
+    the primitive to run instead of the step's own (a copy holding this call's scalar values)."""
     steps = plan.steps
     arena = plan.arena
     if arena is None and plan.memory is None:
@@ -205,8 +206,10 @@ def replay_commands(plan: Plan, datas: list, slots: list) -> None:
                     arena[slot] = (regions[r], backend.view(regions[r], spec.shape, spec.dtype))
         plan.arena = arena
     views: list = [None] * len(slots)
-    for step in steps:
+    for j, step in enumerate(steps):
         prim, stream = step.prim, step.stream
+        if prims is not None:
+            prim = prims.get(j, prim)
         in_bufs, in_data = [], []
         for kind, v in step.srcs:
             if kind == "slot":

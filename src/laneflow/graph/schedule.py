@@ -67,9 +67,15 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
 
 
 def schedule(roots: Sequence[ArrayData]) -> None:
-    """Submit every pending node needed by roots. Returns without waiting for the work."""
+    """Submit every pending node needed by roots, one command each (no plan cache: evaluations go
+    through ``graph/eval_cache.py: schedule``). Returns without waiting for the work."""
     with LOCK:
-        order = toposort(roots)
+        execute(toposort(roots))
+
+
+def execute(order: list) -> None:
+    """Submit the pending nodes ``order`` (inputs first): the passes, then one command per item."""
+    with LOCK:
         # A long graph is thousands of live objects, and making its commands allocates more: Python's
         # cyclic collector would run full passes over the whole heap meanwhile (with a million other
         # objects alive, as when PyTorch or JAX is imported: +1.75 us per op over a 10,000-op chain,
@@ -87,7 +93,7 @@ def schedule(roots: Sequence[ArrayData]) -> None:
                 elif t is FusedNode:
                     _schedule_fused(d)
                 elif d.buffer is None:  # a sibling may have produced it already
-                    _schedule_one(d)
+                    schedule_one(d)
         finally:
             if pause:
                 gc.enable()
@@ -137,7 +143,7 @@ def _donor(d: ArrayData) -> ArrayData | None:
     return None
 
 
-def _schedule_one(d: ArrayData) -> None:
+def schedule_one(d: ArrayData) -> None:
     prim = d.prim
     if prim.kind == "placeholder":
         raise prim.error()

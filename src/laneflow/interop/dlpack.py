@@ -27,6 +27,7 @@ from ..array import Array
 from ..defaults import resolve_stream
 from ..device import Device
 from ..dtypes import dtype as _dtype
+from ..graph import eval_cache
 from ..graph import schedule as _sched
 from ..graph.node import ArrayData
 from ..ops.core import constant
@@ -54,7 +55,7 @@ def evaluated_buffer(x, op: str, copy: bool) -> tuple[Buffer, tuple, np.dtype]:
     if copy:
         d = ArrayData(d.shape, d.dtype, d.stream, Copy(f"{op}.copy"), (d,))
     if d.buffer is None:
-        _sched.schedule((d,))
+        eval_cache.schedule((d,))
     buf = d.buffer
     buf.exported = True  # never reused in place from now on
     if buf.error is None and buf.checks is not None:

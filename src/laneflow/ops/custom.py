@@ -19,7 +19,7 @@ from .core import outputs
 
 class CustomCall(Primitive):
     kind = "custom"
-
+    cacheable = False  # its launch closure (grid, scalars) is made per call
     def __init__(self, name: str, run: Callable):
         super().__init__(name)
         self.run = run

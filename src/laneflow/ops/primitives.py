@@ -8,23 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from ..graph.node import Primitive
-
-
-class Scalar:
-    """A Python scalar operand of an elementwise op, kept weak (NEP 50) and passed to the kernel."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"Scalar({self.value!r})"
+from ..graph.node import Primitive, Scalar
 
 
 class Constant(Primitive):
     kind = "constant"
+    cacheable = False  # its host data is a value, not a parameter: the plan cache uploads it first
 
     def __init__(self, value: np.ndarray, name: str = "array"):
         super().__init__(name)
@@ -40,6 +29,14 @@ class Elementwise(Primitive):
     def __init__(self, name: str, fn: str, operands: tuple):
         super().__init__(name)
         self.fn, self.operands = fn, operands
+
+    def scalars(self) -> tuple:
+        return tuple(o for o in self.operands if o.__class__ is Scalar)
+
+    def with_own_scalars(self) -> "Elementwise":
+        p = Elementwise(self.name, self.fn, tuple(Scalar(o.value) if o.__class__ is Scalar else o
+                                                  for o in self.operands))
+        return p
 
 
 class AsType(Primitive):

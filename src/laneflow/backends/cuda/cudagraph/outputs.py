@@ -238,16 +238,22 @@ class Lease:
             b = d.made()
             if b is not None:
                 return b
-            _, shape, dtype, n, size, offset = d.spec
-            h = OutArray.__new__(OutArray)
-            h.ctx, h.shape, h.dtype, h.host, h.size, h.nbytes = self.ctx, shape, dtype, None, size, n
-            h.ptr, h.owner = self.base + offset, self.block if self.block is not None else self.region
-            b = OutBuffer.__new__(OutBuffer)
-            b.device, b.nbytes, b.data, b.writer, b.readers = self.device, n, h, self.point, self.readers
-            b.error, b.exported, b.release, b.checks, b.lease = self.error, False, out_released, self.checks, self
-            self.mats.append(weakref.ref(b))
-            d.buffer = b
+            b = d.buffer = self.buffer_of(d.spec)
             return b
+
+    def buffer_of(self, spec: tuple) -> OutBuffer:
+        """A buffer of one of the call's values (its ``specs`` entry), made now: what ``materialize``
+        gives a compiled call's value, and the plan cache of ``lf.eval`` an evaluated node (under the
+        scheduler lock)."""
+        _, shape, dtype, n, size, offset = spec
+        h = OutArray.__new__(OutArray)
+        h.ctx, h.shape, h.dtype, h.host, h.size, h.nbytes = self.ctx, shape, dtype, None, size, n
+        h.ptr, h.owner = self.base + offset, self.block if self.block is not None else self.region
+        b = OutBuffer.__new__(OutBuffer)
+        b.device, b.nbytes, b.data, b.writer, b.readers = self.device, n, h, self.point, self.readers
+        b.error, b.exported, b.release, b.checks, b.lease = self.error, False, out_released, self.checks, self
+        self.mats.append(weakref.ref(b))
+        return b
 
     def own(self, region: Buffer) -> None:
         """Take ``region`` (this call's values live in it and its set has let go of it): freed by

@@ -1,0 +1,301 @@
+"""The plan cache of ``lf.eval``: a step evaluated again and again runs like a compiled function.
+
+Eager code repeats itself: a model's forward builds the same graph on every call, with other input
+values. The cache keys the pending graph of one evaluation by its *structure*: per node, the
+primitive's static parameters (``Primitive.cache_key``), shape, dtype, stream, which nodes or leaves
+feed it, and whether anything outside the graph sees it; evaluated leaves are numbered by first
+appearance, with their shape, dtype and device. Python scalar operands are keyed by type, not value:
+a changed scalar value hits and runs with the new value. (tinygrad's schedule cache and MLX's CUDA
+graph cache, keyed by graph topology, are the models.)
+
+- The first sighting of a structure only notes its key and evaluates as usual (one-off graphs pay
+  the key, not a plan). The second builds a plan (``graph/plan.py``: the same passes and kernels as
+  eager evaluation) and replays it; later ones are hits that bind the leaves and replay.
+- After :data:`EXECUTOR_AFTER` hits the step runs as the backend's whole-plan executor, as
+  ``lf.compile``'s plans do: one multi-lane CUDA graph on the GPU, one command that runs every numpy
+  call in turn on the CPU. A hit whose scalar values differ from those the executor was made with
+  replays commands instead (the graph holds its scalars).
+- The cache is bounded: at most :data:`MAX_ENTRIES` plans, and at most :data:`MAX_BYTES` of device
+  memory pinned by them (arenas, output sets, staging), least recently used first out.
+- Graphs of one node, of more than :data:`MAX_NODES`, or holding a primitive that is not cacheable
+  (a user CUDA kernel) or a multi-output one (linalg) are evaluated as usual.
+
+``LANEFLOW_PLAN_CACHE=0`` turns the cache off at start-up; :func:`configure` sets everything at run
+time (``lf.set_plan_cache``), :func:`info` reports it (``lf.plan_cache_info``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any
+
+from . import schedule as _sched
+from .node import ArrayData
+from .plan import Plan, build_plan, executor, replay_commands
+
+#: Hits before a plan runs as the backend's whole-plan executor (a CUDA graph on the GPU).
+EXECUTOR_AFTER = 2
+#: Most plans kept, and most bytes of device memory they may pin together.
+MAX_ENTRIES = 256
+MAX_BYTES = 4 << 30
+#: Graphs with fewer nodes than MIN_NODES, or more than MAX_NODES, are not cached.
+MIN_NODES = 2
+MAX_NODES = 20000
+
+ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
+
+
+class _Entry:
+    __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps")
+
+    def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
+        self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
+        # steps holding scalars: a replay runs copies of them made with this call's values, since a
+        # command may run after the next hit has set other values (CPU lanes run behind the host)
+        self.scalar_steps = [j for j, st in enumerate(plan.steps) if st.prim.scalars()]
+        self.graph_scalars: list | None = None  # the scalar values the executor was made with
+        self.hits = 0
+        self.bytes = plan.memory.arena_bytes if plan.memory is not None else 0
+
+
+_entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
+_seen: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()  # keys sighted once
+_pinned = [0]
+STATS = {"hits": 0, "misses": 0, "sighted": 0, "bypassed": 0, "evicted": 0, "executor_runs": 0}
+_building = [False]
+
+
+def configure(enabled: bool | None = None, executor_after: int | None = None, max_entries: int | None = None,
+              max_bytes: int | None = None) -> None:
+    """Change the plan cache's settings (None: keep). Turning it off empties it."""
+    global ENABLED, EXECUTOR_AFTER, MAX_ENTRIES, MAX_BYTES
+    for name, v in (("executor_after", executor_after), ("max_entries", max_entries), ("max_bytes", max_bytes)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise ValueError(f"set_plan_cache: {name} must be a non-negative int, got {v!r}")
+    if enabled is not None:
+        ENABLED = bool(enabled)
+        if not ENABLED:
+            clear()
+    if executor_after is not None:
+        EXECUTOR_AFTER = executor_after
+    if max_entries is not None:
+        MAX_ENTRIES = max_entries
+    if max_bytes is not None:
+        MAX_BYTES = max_bytes
+    _evict(None)
+
+
+def clear() -> None:
+    """Drop every cached plan (their memory is freed once their last launch is done)."""
+    _entries.clear()
+    _seen.clear()
+    _pinned[0] = 0
+
+
+def info() -> dict:
+    """The settings, the entries and bytes held, and the counters since the start."""
+    return {"enabled": ENABLED, "executor_after": EXECUTOR_AFTER, "max_entries": MAX_ENTRIES, "max_bytes": MAX_BYTES,
+            "entries": len(_entries), "pinned_bytes": _pinned[0], **STATS,
+            "executors": sum(1 for e in _entries.values() if e.plan.unit)}
+
+
+def _structure(order: list) -> tuple | None:
+    """(key, leaves, scalar values, needed nodes) of the pending nodes ``order`` (inputs first), or
+    None when the graph is not cacheable."""
+    pos: dict = {}
+    leaves: list = []
+    leaf_pos: dict = {}
+    parts: list = []
+    scalars: list = []
+    internal: list = []
+    dep: list = []  # does node k depend on a leaf (else it is computed once and kept by the plan)
+    for k, d in enumerate(order):
+        p = d.prim
+        if not p.cacheable or d.siblings is not None:
+            return None
+        ins = []
+        depends = False
+        for i in d.inputs:
+            j = pos.get(i)
+            if j is None:
+                j = leaf_pos.get(i)
+                if j is None:
+                    j = leaf_pos[i] = len(leaves)
+                    leaves.append(i)
+                ins.append(-1 - j)
+                depends = True
+            else:
+                ins.append(j)
+                internal[j] += 1
+                if dep[j]:
+                    depends = True
+        pos[d] = k
+        internal.append(0)
+        dep.append(depends)
+        sc = p.scalars()
+        if sc:
+            if depends:
+                scalars.extend([s.value for s in sc])
+                parts.append((p.cache_key(), d.shape, d.dtype, d.stream.id, tuple(ins), d.users, d.arrays > 0))
+                continue
+            # a node computed once at the plan's build: its scalar values are part of the key
+            parts.append((p.cache_key(), tuple(s.value for s in sc), d.shape, d.dtype, d.stream.id, tuple(ins),
+                          d.users, d.arrays > 0))
+            continue
+        parts.append((p.cache_key(), d.shape, d.dtype, d.stream.id, tuple(ins), d.users, d.arrays > 0))
+    key = (tuple(parts), tuple((x.shape, x.dtype, x.device) for x in leaves))
+    return key, leaves, scalars, internal, dep
+
+
+def schedule(roots) -> None:
+    """Submit every pending node needed by ``roots``: through a cached plan when this structure was
+    seen before, else one command each. Returns without waiting for the work."""
+    with _sched.LOCK:
+        order = _sched.toposort(roots)
+        if not order:
+            return
+        if not ENABLED or not run(roots, order):
+            _sched.execute([d for d in order if d.buffer is None])  # (run may have uploaded constants)
+
+
+def run(roots, order: list) -> bool:
+    """Evaluate the pending nodes ``order`` (inputs first) through the cache; False when the caller
+    must schedule them as usual (not cacheable, or the first sighting of this structure)."""
+    if _building[0] or not MIN_NODES <= len(order) <= MAX_NODES:
+        return False
+    # host data in the graph is a value: upload it first, so that it is a leaf of the plan
+    if any(d.prim.kind == "constant" for d in order):
+        for d in order:
+            if d.prim is not None and d.prim.kind == "constant":
+                _sched.schedule_one(d)
+        order = [d for d in order if d.buffer is None]
+        if len(order) < MIN_NODES:
+            return False
+    s = _structure(order)
+    if s is None:
+        STATS["bypassed"] += 1
+        return False
+    key, leaves, scalars, internal, dep = s
+    try:
+        entry = _entries.get(key)
+    except TypeError:  # a parameter that does not hash (a primitive of a user's): not cacheable
+        STATS["bypassed"] += 1
+        return False
+    if entry is None:
+        if key not in _seen:
+            _seen[key] = None
+            if len(_seen) > 4 * MAX_ENTRIES:
+                _seen.popitem(last=False)
+            STATS["sighted"] += 1
+            return False
+        del _seen[key]
+        entry = _build(roots, order, leaves, internal, dep, key)
+        STATS["misses"] += 1
+        _run_commands(entry, order, leaves)
+        return True
+    STATS["hits"] += 1
+    _entries.move_to_end(key)
+    entry.hits += 1
+    for obj, v in zip(entry.scalars, scalars):
+        obj.value = v
+    plan = entry.plan
+    lease = None
+    if entry.hits >= EXECUTOR_AFTER and plan.unit is not False:
+        if plan.unit is None:
+            plan.calls = max(plan.calls, 2)
+            if executor(plan, entry.stream):
+                entry.graph_scalars = scalars
+                _account(entry)
+        unit = plan.unit
+        if unit and scalars == entry.graph_scalars:
+            try:
+                lease = unit.run(leaves, entry.stream)
+            except Exception as e:  # noqa: BLE001 - capture failed: replay commands from now on
+                plan.unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
+                lease = None
+    if lease is None:
+        _run_commands(entry, order, leaves)
+        return True
+    STATS["executor_runs"] += 1
+    specs = lease.specs
+    outs = []
+    for ref, *_ in plan.outputs:
+        outs.append(lease.buffer_of(specs[ref[1]]) if ref[0] == "slot" else _const_buffer(ref[1]))
+    _finish(order, entry, outs)
+    return True
+
+
+def _build(roots, order: list, leaves: list, internal: list, dep: list, key: tuple) -> _Entry:
+    """The plan of this structure, built from this graph (on its second sighting)."""
+    wanted = set(map(id, roots))
+    need_positions = [k for k, d in enumerate(order) if id(d) in wanted or d.arrays or d.users > internal[k]]
+    for d in order:  # the plan's primitives hold Scalar objects of their own, which hits set
+        if d.prim.scalars():
+            d.prim = d.prim.with_own_scalars()
+    # the Scalar objects of the steps that depend on a leaf, in the order _structure reads values
+    scalars = [s for d, dk in zip(order, dep) if dk for s in d.prim.scalars()]
+    _building[0] = True
+    try:
+        plan = build_plan([order[k] for k in need_positions], leaves, None)
+    finally:
+        _building[0] = False
+    plan.calls = 1
+    entry = _Entry(plan, scalars, order[need_positions[0]].stream, need_positions)
+    _entries[key] = entry
+    _account(entry)
+    return entry
+
+
+def _run_commands(entry: _Entry, order: list, leaves: list) -> None:
+    plan = entry.plan
+    slots: list = [None] * plan.n_slots
+    steps = plan.steps
+    prims = {j: steps[j].prim.with_own_scalars() for j in entry.scalar_steps} if entry.scalar_steps else None
+    replay_commands(plan, leaves, slots, prims)
+    outs = [slots[ref[1]] if ref[0] == "slot" else _const_buffer(ref[1]) for ref, *_ in plan.outputs]
+    _finish(order, entry, outs)
+
+
+def _const_buffer(d: ArrayData):
+    """A value the plan computed once (it depends on no leaf): shared with this evaluation's node,
+    so it must never be written in place."""
+    b = d.buffer
+    b.exported = True
+    return b
+
+
+def _finish(order: list, entry: _Entry, outs: list) -> None:
+    """Give the needed nodes their buffers and let the graph go, as eager scheduling leaves it."""
+    for k, b in zip(entry.need_positions, outs):
+        order[k].buffer = b
+    for d in order:
+        for i in d.inputs:
+            i.users -= 1
+        d.prim = None
+        d.inputs = ()
+
+
+def _account(entry: _Entry) -> None:
+    plan = entry.plan
+    n = plan.memory.arena_bytes if plan.memory is not None else 0
+    unit = plan.unit
+    if unit:
+        st = unit.stats()
+        n += st.get("output_bytes", 0) * st.get("output_sets", 1)
+    _pinned[0] += n - entry.bytes
+    entry.bytes = n
+    _evict(entry)
+
+
+def _evict(keep: _Entry | None) -> None:
+    while _entries and (len(_entries) > MAX_ENTRIES or _pinned[0] > MAX_BYTES):
+        k, e = next(iter(_entries.items()))
+        if e is keep:
+            if len(_entries) == 1:
+                break
+            _entries.move_to_end(k)
+            continue
+        del _entries[k]
+        _pinned[0] -= e.bytes
+        STATS["evicted"] += 1
