@@ -72,6 +72,29 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
             d.arrays -= 1
 
 
+def set_plan_cache(enabled: bool | None = None, *, executor_after: int | None = None,
+                   max_entries: int | None = None, max_bytes: int | None = None) -> None:
+    """Settings of the plan cache of ``lf.eval`` (``graph/eval_cache.py``); None keeps a setting.
+
+    A graph evaluated again with the same structure (other values, other Python scalar values) replays
+    the plan built at its second sighting, and after ``executor_after`` hits (default 2) runs as one
+    CUDA graph (GPU) or one command (CPU). At most ``max_entries`` plans (256) and ``max_bytes`` of
+    device memory they pin (4 GiB) are kept, least recently used first out. ``enabled=False`` empties
+    it; ``LANEFLOW_PLAN_CACHE=0`` starts with it off.
+
+    >>> lf.set_plan_cache(executor_after=0)   # run repeated steps as graphs from their first hit
+    """
+    with _sched.LOCK:
+        eval_cache.configure(enabled, executor_after, max_entries, max_bytes)
+
+
+def plan_cache_info() -> dict[str, Any]:
+    """The plan cache's settings, entries and pinned bytes, and its counters (hits, misses, first
+    sightings, bypassed graphs, evictions, executor runs)."""
+    with _sched.LOCK:
+        return eval_cache.info()
+
+
 def stats() -> dict[str, Any]:
     """Encoder counters since the last :func:`reset_stats` (see :mod:`laneflow.runtime.stats`).
 

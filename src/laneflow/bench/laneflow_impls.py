@@ -14,7 +14,7 @@ import numpy as np
 import laneflow as lf
 from laneflow.runtime.backend import backend_for
 
-from ..graph import fusion
+from ..graph import eval_cache, fusion
 
 from .harness import Case, Impl, Result, laneflow_timer, skipped
 
@@ -41,9 +41,11 @@ def stacked(out: Any) -> np.ndarray:
 
 
 def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
-          to_host: Callable = host, label: str = "laneflow eager", note: str = "", stream: Any = None) -> Impl:
+          to_host: Callable = host, label: str = "laneflow eager", note: str = "", stream: Any = None,
+          cached: bool = True) -> Impl:
     """``program`` evaluated eagerly (one lf.eval per run) on a new stream with ``lanes`` lanes (or on
-    ``stream``)."""
+    ``stream``). ``cached=False``: with the plan cache bypassed, every run takes the path of a graph
+    seen for the first time (the row "laneflow eager, uncached"); by default repeated runs hit it."""
     stream = stream if stream is not None else lf.new_stream(device, lanes=lanes)
     args = [lf.array(a, stream=stream) for a in inputs]
     lf.eval(*args)
@@ -57,6 +59,13 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
         else:
             lf.async_eval(y)
         return y
+
+    if not cached:
+        cached_run = run
+
+        def run():  # noqa: F811 - the same run, with the plan cache bypassed
+            with eval_cache.bypass():
+                return cached_run()
 
     return Impl(label, run, to_host, lanes=lanes, sync=lambda: stream.synchronize(), timer=timer,
                 note=note, close=stream.close)
@@ -133,7 +142,11 @@ def modes(case: Case, device: Any, lanes: int, program: Callable, inputs: Sequen
     if why is not None:
         return [skipped(case, "laneflow", why)]
     out: list[Impl | Result] = [
-        guard(case, "laneflow eager", 1, lambda: eager(case, device, program, inputs, 1, to_host=to_host))]
+        guard(case, "laneflow eager, uncached", 1,
+              lambda: eager(case, device, program, inputs, 1, to_host=to_host, label="laneflow eager, uncached",
+                            cached=False, note="plan cache bypassed: every run a graph seen for the first time")),
+        guard(case, "laneflow eager", 1, lambda: eager(case, device, program, inputs, 1, to_host=to_host,
+                                                       note="repeated runs hit the plan cache"))]
     if lanes > 1:
         out.append(guard(case, "laneflow eager", lanes,
                          lambda: eager(case, device, program, inputs, lanes, to_host=to_host)))

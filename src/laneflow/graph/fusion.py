@@ -62,6 +62,7 @@ class Fused(Primitive):
     def with_own_scalars(self) -> "Fused":
         p = Fused.__new__(Fused)
         p.__dict__.update(self.__dict__)
+        p.__dict__.pop("_ck", None)  # (its cached scalars are the original's)
         p.steps = tuple((fn, tuple(Scalar(o.value) if o.__class__ is Scalar else o for o in operands), dtype)
                         for fn, operands, dtype in self.steps)
         return p

@@ -53,11 +53,16 @@ class Primitive:
 
     def cache_key(self) -> tuple:
         """The primitive's static parameters as a hashable key (computed once; Scalars by type only)."""
-        k = self.__dict__.get("_key")
-        if k is None:
-            k = self.__dict__["_key"] = (type(self), tuple((n, _freeze(v)) for n, v in vars(self).items()
-                                                          if n != "_key"))
-        return k
+        return self.cache_info()[0]
+
+    def cache_info(self) -> tuple:
+        """``(cache_key(), scalars())``, computed once and kept as ``_ck`` (what the plan cache reads
+        per node: ``prim._ck``, with this as the fallback)."""
+        ck = self.__dict__.get("_ck")
+        if ck is None:
+            key = (type(self), tuple((n, _freeze(v)) for n, v in vars(self).items() if n != "_ck"))
+            ck = self.__dict__["_ck"] = (key, self.scalars())
+        return ck
 
     def scalars(self) -> tuple:
         """The Scalar operands (run-time parameters), in a fixed order."""
@@ -68,7 +73,7 @@ class Primitive:
         return self
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k not in ("name", "_key"))
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k not in ("name", "_ck"))
         return f"{type(self).__name__}({self.name}{', ' if fields else ''}{fields})"
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from ...errors import LaneflowError, OutOfMemoryError
 from ...runtime.backend import Backend, Limits
 from ...runtime.buffer import Buffer
+from .executor import CPUPlan
 from .kernels import KERNELS
 from .lanes import ThreadLane
 
@@ -46,6 +47,10 @@ class CPUBackend(Backend):
         """A typed view of the start of a region, for a kernel's input or output."""
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return region.data[:n].view(dtype).reshape(shape)
+
+    def graph_plan(self, plan: Any, stream: Any) -> CPUPlan:
+        """A compiled plan as one command running every step's kernel in turn (``executor.py``)."""
+        return CPUPlan(self, plan, stream)
 
     def upload(self, device: Any, host: np.ndarray):
         return Buffer(device, host.nbytes, host), None

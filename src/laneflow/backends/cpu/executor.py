@@ -1,0 +1,108 @@
+"""A compiled plan on the CPU as one command: every step's numpy kernel in turn, on one lane.
+
+The CPU's whole-plan executor (``Backend.graph_plan``), what a CUDA graph is on the GPU: one command
+per call instead of one per step, so a repeated step costs one queue hand-over to a worker thread and
+one loop over pre-bound kernels. The command reads the arguments and the plan's captured values, and
+writes the plan's arena (intermediates, in the regions of ``graph/memory_plan.py``) and the call's
+output buffers, made fresh for each call; the encoder orders it with everything around it as any
+command. Steps run in the plan's order, a topological order of its data dependencies, so the arena's
+sharing of regions is safe inside the command too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ExecutionError, LaneflowError
+from ...runtime.buffer import Buffer
+
+
+class CPUPlan:
+    """The executor of one plan on a CPU stream."""
+
+    def __init__(self, backend, plan, stream):
+        for step in plan.steps:
+            if step.stream.backend is not backend:
+                raise LaneflowError("steps run on more than one backend")
+        self.backend, self.stream = backend, stream
+        self.steps = plan.steps
+        # the primitives as they are now: a cached plan's scalars may change after this (eval cache)
+        self.prims = [step.prim.with_own_scalars() if step.prim.scalars() else step.prim for step in plan.steps]
+        self.kernels = [backend.kernel(p.kind) for p in self.prims]
+        arena = plan.arena or {}
+        self.views = {slot: view for slot, (_, view) in arena.items()}
+        self.regions: list[Buffer] = []
+        for region, _ in arena.values():
+            if not any(region is r for r in self.regions):
+                self.regions.append(region)
+        self.consts = []
+        for step in plan.steps:
+            for kind, v in step.srcs:
+                if kind == "const" and not any(v.buffer is c for c in self.consts):
+                    self.consts.append(v.buffer)
+        returned = {ref[1] for ref, *_ in plan.outputs if ref[0] == "slot"}
+        self.returned = sorted(returned)
+        self.spec_of = {slot: spec for step in plan.steps for slot, spec in zip(step.slots, step.specs)}
+        self.launches = 0
+
+    def stats(self) -> dict:
+        return {"mode": "one command", "steps": len(self.steps), "launches": self.launches,
+                "arena_bytes": sum(r.nbytes for r in self.regions)}
+
+    def run(self, datas: list, stream) -> "_Outputs":
+        """Encode the call's one command (under the scheduling lock); returns its outputs."""
+        bufs = [d.buffer for d in datas]
+        outs: dict[int, Buffer] = {}
+        for slot in self.returned:
+            spec = self.spec_of[slot]
+            outs[slot] = self.backend.allocate(spec.device, spec.shape, spec.dtype, "compiled plan")
+        views = self.views
+        steps, prims, kernels = self.steps, self.prims, self.kernels
+
+        def run_all(lane, bufs=bufs, outs=outs) -> None:
+            data: dict[int, Any] = {}
+            for step, prim, kern in zip(steps, prims, kernels):
+                ins = []
+                for kind, v in step.srcs:
+                    if kind == "slot":
+                        ins.append(data[v])
+                    elif kind == "arg":
+                        ins.append(bufs[v].data)
+                    else:
+                        ins.append(v.buffer.data)
+                res = []
+                for slot in step.slots:
+                    x = views.get(slot)
+                    if x is None:
+                        x = outs[slot].data
+                    data[slot] = x
+                    res.append(x)
+                try:
+                    kern(lane, prim, ins, res)
+                except LaneflowError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - the failing op is named, as a command would be
+                    raise ExecutionError(prim.name, e) from e
+
+        reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
+        stream.encoder.encode("compiled plan", run_all, reads, [*self.regions, *outs.values()], lane=stream.lanes[0])
+        self.launches += 1
+        return _Outputs(outs)
+
+
+class _Outputs:
+    """A call's output buffers, as the lease of a CUDA graph's call gives them (``specs``,
+    ``materialize`` for a compiled call's values, ``buffer_of`` for the plan cache)."""
+
+    __slots__ = ("bufs", "specs")
+
+    def __init__(self, bufs: dict):
+        self.bufs = bufs
+        self.specs = {slot: slot for slot in bufs}
+
+    def buffer_of(self, spec: int) -> Buffer:
+        return self.bufs[spec]
+
+    def materialize(self, d) -> Buffer:
+        b = d.buffer = self.bufs[d.spec]
+        return b
