@@ -219,7 +219,7 @@ def run(roots, order: list) -> bool:
         obj.value = v
     plan = entry.plan
     lease = None
-    if entry.hits >= EXECUTOR_AFTER and plan.unit is not False:
+    if entry.hits > EXECUTOR_AFTER and plan.unit is not False:
         if plan.unit is None:
             plan.calls = max(plan.calls, 2)
             if executor(plan, entry.stream):
