@@ -8,8 +8,12 @@ random points, and uses across 1-3 streams of 1-4 lanes) runs three ways:
 * on laneflow with one stream of one lane;
 * on laneflow with the drawn streams and lanes, with random delays injected into every command.
 
-The many-lane run must equal the one-lane run bit for bit, and both must equal numpy: exactly on
-the CPU (same numpy kernels), within float tolerance on the GPU. ``LANEFLOW_FUZZ_PROGRAMS`` (or
+The many-lane run repeats the program three times on its streams, with new input values each time,
+so that its graphs hit the plan cache (``graph/eval_cache.py``: the second sighting builds a plan, the
+third replays it; with the executor after no hits, that third run is a CUDA graph or one command);
+the one-lane run has the cache off and, on the GPU, elementwise fusion off too. The many-lane runs
+must equal numpy, and their first run the one-lane run bit for bit (on the CPU; within float
+tolerance on the GPU, where fused kernels and library calls may differ in the last bits). ``LANEFLOW_FUZZ_PROGRAMS`` (or
 pytest's ``--fuzz-programs``) sets the number of programs (default 300; e.g. 10000).
 """
 
@@ -188,8 +192,8 @@ def run_steps(pool: Pool, steps, dtype) -> None:
             lf.async_eval(pool.lf[pool.pick(s[1])])
 
 
-def make_inputs(prog):
-    rng = np.random.default_rng(prog["seed"])
+def make_inputs(prog, rep: int = 0):
+    rng = np.random.default_rng(prog["seed"] + rep)
     n = prog["n"]
     shapes = [(n, n), (n, 1), (1, n)]
     out = []
@@ -202,34 +206,67 @@ def make_inputs(prog):
     return out
 
 
-def run_laneflow(prog, device, lanes_per_stream, delays):
+def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache: bool = True,
+                 fuse: bool = True):
+    """The program ``repeats`` times on one set of streams (new inputs each time): a list of
+    (laneflow results, numpy references) per repetition."""
+    from laneflow.graph import eval_cache, fusion
+
     streams = [lf.new_stream(device, lanes=k) for k in lanes_per_stream]
-    pool = Pool(make_inputs(prog), streams)
-    if delays:
-        with lf.testing.inject_delays(0.0005, seed=prog["seed"]):
-            run_steps(pool, prog["steps"], prog["dtype"])
-            lf.eval(*pool.lf)
+    out = []
+    was_fuse = fusion._enabled
+    fusion.set_enabled(fuse)
+    saved_after = eval_cache.EXECUTOR_AFTER
+    eval_cache.configure(executor_after=0)  # the third run uses the backend's executor
+    try:
+        for rep in range(repeats):
+            pool = Pool(make_inputs(prog, rep), streams)
+            with (eval_cache.bypass() if not cache else _nothing()):
+                if delays:
+                    with lf.testing.inject_delays(0.0005, seed=prog["seed"] + rep):
+                        run_steps(pool, prog["steps"], prog["dtype"])
+                        lf.eval(*pool.lf)
+                else:
+                    run_steps(pool, prog["steps"], prog["dtype"])
+                    lf.eval(*pool.lf)
+            out.append(([np.array(a) for a in pool.lf], pool.np))
+    finally:
+        fusion.set_enabled(was_fuse)
+        eval_cache.configure(executor_after=saved_after)
+    for st in streams:
+        st.close()
+    return out
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+def _agree(a, r, device, k, what):
+    assert a.dtype == r.dtype and a.shape == r.shape, f"value {k}: {a.dtype}{a.shape} vs {what} {r.dtype}{r.shape}"
+    if device.type == "cpu" or r.dtype.kind in "iub":
+        np.testing.assert_array_equal(a, r, err_msg=f"value {k}: differs from {what}")
     else:
-        run_steps(pool, prog["steps"], prog["dtype"])
-        lf.eval(*pool.lf)
-    results = [np.array(a) for a in pool.lf]
-    for s in streams:
-        s.close()
-    return results, pool.np
+        tol = 1e-5 if r.dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(a, r, rtol=tol, atol=tol, err_msg=f"value {k}: differs from {what}")
 
 
 def check_program(prog, device):
-    one, ref = run_laneflow(prog, device, [1], delays=False)
-    many, _ = run_laneflow(prog, device, prog["streams"], delays=True)
-    assert len(one) == len(many) == len(ref)
-    for k, (a, b, r) in enumerate(zip(one, many, ref)):
-        assert a.dtype == r.dtype and a.shape == r.shape, f"value {k}: {a.dtype}{a.shape} vs numpy {r.dtype}{r.shape}"
-        np.testing.assert_array_equal(b, a, err_msg=f"value {k}: many lanes differ from one lane")
-        if device.type == "cpu" or r.dtype.kind in "iub":
-            np.testing.assert_array_equal(a, r, err_msg=f"value {k}: differs from numpy")
-        else:
-            tol = 1e-5 if r.dtype == np.float32 else 1e-12
-            np.testing.assert_allclose(a, r, rtol=tol, atol=tol, err_msg=f"value {k}: differs from numpy")
+    ((one, ref),) = run_laneflow(prog, device, [1], delays=False, cache=False, fuse=device.type == "cpu")
+    runs = run_laneflow(prog, device, prog["streams"], delays=True, repeats=3)
+    assert len(one) == len(ref)
+    for k, (a, r) in enumerate(zip(one, ref)):
+        _agree(a, r, device, k, "numpy (one lane, no plan cache)")
+    for rep, (many, refs) in enumerate(runs):
+        assert len(many) == len(refs)
+        for k, (b, r) in enumerate(zip(many, refs)):
+            _agree(b, r, device, k, f"numpy (many lanes, run {rep} of the plan cache)")
+    for k, (a, b) in enumerate(zip(one, runs[0][0])):
+        _agree(b, a, device, k, "one lane")
 
 
 @settings(max_examples=PROGRAMS, deadline=None, database=None,
@@ -266,3 +303,18 @@ def test_fuzzer_catches_a_missing_wait(monkeypatch):
 def test_random_programs_with_the_sticky_lane_policy(device, prog):
     with mock.patch.dict(os.environ, {"LANEFLOW_LANE_POLICY": "sticky"}):
         check_program(prog, device)
+
+
+def test_the_fuzzers_repeated_runs_do_hit_the_plan_cache_and_its_executor(device):
+    """The differential fuzzer only tests the plan cache if its programs' graphs hit it."""
+    import random
+
+    from laneflow.graph import eval_cache
+
+    before = dict(eval_cache.STATS)
+    rnd = random.Random(7)
+    for _ in range(20):
+        check_program(random_program(rnd), device)
+    hits = eval_cache.STATS["hits"] - before["hits"]
+    runs = eval_cache.STATS["executor_runs"] - before["executor_runs"]
+    assert hits >= 20 and runs >= 10, (hits, runs, eval_cache.STATS)
