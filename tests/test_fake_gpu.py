@@ -438,3 +438,54 @@ def test_compiled_outputs_are_lazy_values_whose_readers_reach_the_next_write(tmp
     same call is read at its new address."""
     p = run_under_fake_driver(_LAZY_SCRIPT, tmp_path, timeout=120)
     assert p.returncode == 0 and "lazy outputs ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]
+
+
+_INDEX_SCRIPT = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+import laneflow.graph.plan as C
+from laneflow.graph import eval_cache
+C.GRAPH_MODE = "strict"
+
+with lf.stream(lf.new_stream(lf.gpu, lanes=2)):
+    table = lf.array(np.ones((50, 8), np.float32))
+    # host indices: checked when the call binds them, the graph runs
+    f = lf.compile(lambda t, i: lf.take(t, i, axis=0) * 2.0)
+    for _ in range(3):
+        lf.eval(f(table, lf.array(np.array([1, 2, 3]))))
+    (st,) = f.stats()
+    assert st["mode"] == "cuda graph" and st["host_checked_calls"] == 0, st
+    try:  # out of range on the host: this call runs as commands, which raise as eager mode does
+        lf.eval(f(table, lf.array(np.array([1, 99, 2]))))
+    except lf.ExecutionError as e:
+        assert "index 99 is out of bounds" in str(e), e
+    else:
+        raise AssertionError("no error for index 99")
+    assert f.stats()[0]["host_checked_calls"] == 1, f.stats()
+    # device indices: a check slot of the graph, zeroed in the graph before the gather at every run
+    g = lf.compile(lambda t, i: t[i * 2] + 1.0)
+    for _ in range(3):
+        out = g(table, lf.array(np.array([0, 1])) + 0)
+        lf.eval(out)
+    (st,) = g.stats()
+    assert st["mode"] == "cuda graph", st
+    unit = next(iter(g._plans.values())).unit
+    (o,) = [s for s in unit.outs.sets if s.temps is not None][:1]
+    assert len(o.temps.checks) == 1, o.temps.checks
+    # the eager plan cache runs an embedding lookup as a graph too
+    eval_cache.configure(executor_after=0)
+    for _ in range(4):
+        y = (lf.take(table, lf.array(np.array([4, 5])), axis=0) * 3.0).sum()
+        lf.eval(y)
+    assert eval_cache.STATS["executor_runs"] >= 2, eval_cache.STATS
+print("index graphs ok")
+'''
+
+
+def test_index_ops_with_host_or_device_indices_stay_in_cuda_graphs_under_a_fake_driver(tmp_path):
+    p = run_under_fake_driver(_INDEX_SCRIPT, tmp_path, timeout=240)
+    assert p.returncode == 0 and "index graphs ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]

@@ -69,6 +69,7 @@ FAKES = {
     "cuMemFreeAsync": _ok, "cuMemGetInfo": lambda: (OK, 100 << 30, 140 << 30),
     "cuMemHostAlloc": _host_alloc, "cuMemHostGetDevicePointer": lambda p, f: (OK, p),
     "cuMemcpyHtoDAsync": _ok, "cuMemcpyDtoHAsync": _ok, "cuMemcpyDtoDAsync": _ok, "cuMemcpyPeerAsync": _ok,
+    "cuMemcpyAsync": _ok,
     "cuMemcpyDtoH": _ok, "cuMemsetD8Async": _ok, "cuMemsetD16Async": _ok, "cuMemsetD32Async": _ok,
     "cuModuleLoadData": _handle, "cuModuleGetFunction": _handle, "cuFuncSetAttribute": _ok,
     "cuLaunchKernel": _ok, "cuStreamBeginCapture": _ok, "cuStreamEndCapture": _handle,

@@ -43,14 +43,15 @@ class Spec:
 
 @dataclass(slots=True)
 class Step:
-    """One command of a plan: ``prim`` on ``stream``, reading ``srcs``, writing the outputs ``specs``,
-    which are the plan's slots ``first``, ``first + 1``, ..."""
+    """One command of a plan: ``prim`` on ``stream``, reading ``srcs`` (of shapes ``in_shapes``),
+    writing the outputs ``specs``, which are the plan's slots ``first``, ``first + 1``, ..."""
 
     prim: Any
     stream: Any
     srcs: tuple
     specs: list
     first: int
+    in_shapes: tuple = ()
 
     @property
     def slots(self) -> range:
@@ -115,7 +116,8 @@ def build_plan(outputs: list, holders: list, out_tree: Any) -> Plan:
         for o in outs:
             places[id(o)] = ("slot", n_slots)
             n_slots += 1
-        steps.append(Step(d.prim, d.stream, tuple(srcs), [Spec(o.device, o.shape, o.dtype) for o in outs], first))
+        steps.append(Step(d.prim, d.stream, tuple(srcs), [Spec(o.device, o.shape, o.dtype) for o in outs], first,
+                          tuple(i.shape for i in d.inputs)))
     out_refs = []
     for o in outputs:
         p = places.get(id(o))

@@ -10,9 +10,10 @@ wait that needs a value computed from them, after the command has finished. The 
 A slot returns to the pool once its check object is gone *and* its command is known finished (the
 GPU may still write to it before that). Inside a CUDA graph (``lf.compile``) no command is running
 while kernels are captured: a kernel that writes its slot at every run (cuSOLVER's devInfo scan) gets
-a slot of the graph, copied at each launch into a fresh one that launch's values are checked with;
-one that writes only on failure (index kernels) refuses capture, so the plan replays its commands
-(index arrays the host can see are checked there and need no slot).
+a slot of the graph, copied at each launch into a fresh one that launch's values are checked with; one
+that writes only on failure (index kernels) gets a graph slot too, zeroed by a small kernel captured
+just before it, so every run starts clean (index arrays the host can see are checked there when a call
+binds them, ``cudagraph/binding.py``, and the kernel needs no slot).
 """
 
 from __future__ import annotations
@@ -131,14 +132,24 @@ def deferred(lane, explain: Callable, op: str = "kernel", overwrites: bool = Fal
     reported."""
     slots = slots_of(lane.ctx)
     if lane.checks is None:
-        temps = getattr(lane.ctx.memory, "capture", None)
+        temps = lane.ctx.memory.capture
         found = getattr(temps, "checks", None)
-        if overwrites and found is not None:
-            slot = slots.take()
-            found.append((slot, explain))
-            return slots.device_ptr(slot)
-        raise LaneflowError(f"{op}: checks its values on the device (indices, exponents, solver status) and "
-                            "reports at the host wait, which a CUDA graph replay cannot do")
+        if found is None:
+            raise LaneflowError(f"{op}: checks its values on the device (indices, exponents, solver status) "
+                                "outside a command or a graph capture, where nothing would report it")
+        slot = slots.take()
+        found.append((slot, explain))
+        ptr = slots.device_ptr(slot)
+        if not overwrites:  # the kernel writes only on failure: each run of the graph zeroes it first
+            kern = lane.ctx.modules.get(("zero slot", SLOT_WORDS), _zero_kernel)
+            kern.launch(lane.stream, (1, 1, 1), (SLOT_WORDS, 1, 1), (ptr,))
+        return ptr
     slot = slots.take()
     lane.defer(SlotCheck(slots, slot, explain))
     return slots.device_ptr(slot)
+
+
+def _zero_kernel() -> tuple[str, str, str]:
+    src = (f'extern "C" __global__ void lf_zero_slot(unsigned long long* __restrict__ w) {{\n'
+           f"  if (threadIdx.x < {SLOT_WORDS}) w[threadIdx.x] = 0ULL;\n}}\n")
+    return src, "lf_zero_slot", "p"

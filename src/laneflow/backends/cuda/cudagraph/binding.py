@@ -11,6 +11,9 @@ buffer alive, so its address cannot be reused under the graph. A staged argument
 
 from __future__ import annotations
 
+import math
+
+from ....ops.table import validated_on_host
 from ....runtime.buffer import Buffer
 from ..memory import DeviceArray
 from .capture import CaptureUnsupported
@@ -78,3 +81,49 @@ class Arguments:
         """Where the graph reads argument ``i``: its staging buffer, or the buffer bound in place."""
         st = self.staged.get(i)
         return (st if st is not None else self.bound[i]).data.ptr
+
+
+def host_checks(steps: list) -> list:
+    """(argument index, ``ok(host)``) for the arguments whose values a kernel validates on the host
+    when laneflow holds a host copy (the op table's host-validated inputs: index arrays, an integer
+    power's exponent). A graph cannot check on the host as its kernels run, so a call checks them when
+    it binds them; a call whose check fails runs as commands, which raise exactly as eager mode does."""
+    out = []
+    for step in steps:
+        prim = step.prim
+        for pos, (kind, v) in enumerate(step.srcs):
+            if kind == "arg" and validated_on_host(prim, pos):
+                out.append((v, _check_of(prim, pos, step)))
+    return out
+
+
+def _check_of(prim, pos: int, step):
+    kind = prim.kind
+    if kind == "elementwise":  # an integer power's exponent: no negative value
+        return lambda h: h.dtype.kind not in "iu" or h.size == 0 or h.min() >= 0
+    size = _index_size(prim, pos, step)
+    if size is None:
+        return lambda h: False  # not understood here: every call with a host copy runs as commands
+    return lambda h, n=size: h.size == 0 or (-n <= h.min() and h.max() < n)
+
+
+def _index_size(prim, pos: int, step) -> int | None:
+    """The size of the axis an index input ``pos`` indexes (take, getitem, setitem)."""
+    shape = _source_shape(step, 0)
+    if shape is None:
+        return None
+    if prim.kind == "take":
+        return math.prod(shape) if prim.axis is None else shape[prim.axis]
+    first = 1 if prim.kind == "getitem" else 2
+    dim = 0
+    for e in prim.index:
+        if e is None:
+            continue
+        if e.__class__ is tuple and e[1] == pos - first:
+            return shape[dim]
+        dim += 1
+    return None
+
+
+def _source_shape(step, k: int):
+    return step.in_shapes[k] if k < len(step.in_shapes) else None

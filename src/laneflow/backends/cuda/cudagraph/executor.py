@@ -19,14 +19,13 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from ....ops.table import validated_on_host
 from ....runtime.buffer import Buffer
 from ..driver import check
 from ..handles import device_handles
 from ..lanes import CudaLane
 from ..memory import ViewArray
 from . import capture
-from .binding import Arguments
+from .binding import Arguments, host_checks
 from .capture import CaptureUnsupported, Temps, assign_branches
 from .checks import launch_checks, release_temps
 from .outputs import Lease, OutBuffer, OutputSets, OutSet
@@ -50,8 +49,7 @@ class GraphPlan:
         # Arguments whose values some kernel validates on the host when it can see them (index bounds,
         # integer powers): a call passing such a value with a host copy runs as commands, so it raises
         # exactly as eager does; the graph has no host to check with.
-        self.host_checked = sorted({v for step in steps for pos, (kind, v) in enumerate(step.srcs)
-                                    if kind == "arg" and validated_on_host(step.prim, pos)})
+        self.host_checked = host_checks(steps)
         self.consts = []  # captured values the graph reads: ordered after their (one-time) writers
         for step in steps:
             for kind, v in step.srcs:
@@ -112,8 +110,9 @@ class GraphPlan:
         only a compiled output's address can move, checked below)."""
         last = self._last_args
         bufs = last if datas is self._last_datas and last is not None else [d.buffer for d in datas]
-        for i in self.host_checked:
-            if bufs[i].data.host is not None:
+        for i, ok in self.host_checked:
+            h = bufs[i].data.host
+            if h is not None and not ok(h):  # as eager mode raises it: this call runs as commands
                 self.host_calls += 1
                 return None
         args = self.args
