@@ -256,7 +256,7 @@ def test_the_vector_kernel_serves_aligned_launches_and_the_grid_stride_kernel_th
     from laneflow.backends.cuda.kernels import fused as F
 
     mods = _Kernels()
-    lane = SimpleNamespace(ctx=_Ctx(mods), stream=0)
+    lane = SimpleNamespace(ctx=_Ctx(mods), stream=0, handle=0)
     E._plans.clear()
     out, x, v = _arr((64, 16), 1 << 20), _arr((64, 16), 2 << 20), _arr((16,), 3 << 20)
     E.run(lane, "multiply", (0, 1), [x, v], out)

@@ -142,7 +142,7 @@ def deferred(lane, explain: Callable, op: str = "kernel", overwrites: bool = Fal
         ptr = slots.device_ptr(slot)
         if not overwrites:  # the kernel writes only on failure: each run of the graph zeroes it first
             kern = lane.ctx.modules.get(("zero slot", SLOT_WORDS), _zero_kernel)
-            kern.launch(lane.stream, (1, 1, 1), (SLOT_WORDS, 1, 1), (ptr,))
+            kern.launch(lane.handle, (1, 1, 1), (SLOT_WORDS, 1, 1), (ptr,))
         return ptr
     slot = slots.take()
     lane.defer(SlotCheck(slots, slot, explain))

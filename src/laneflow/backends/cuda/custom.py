@@ -44,7 +44,7 @@ def launcher(ctx, kernel: Kernel, grid: tuple, block: tuple, shared_mem: int, sc
         args = [h.ptr for h in inputs]
         args.extend(h.ptr for h in outputs)
         args.extend(scalars)
-        kernel.launch(lane.stream, grid, block, args, shared_mem)
+        kernel.launch(lane.handle, grid, block, args, shared_mem)
 
     return run
 

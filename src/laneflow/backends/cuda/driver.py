@@ -14,6 +14,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from ...errors import LaneflowError
+from . import fastcall
 
 SUCCESS = cu.CUresult.CUDA_SUCCESS
 NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
@@ -31,7 +32,7 @@ class CudaError(LaneflowError):
 
 def error_name(err: Any) -> str:
     try:
-        e, s = cu.cuGetErrorName(err)
+        e, s = cu.cuGetErrorName(cu.CUresult(int(err)))
         if e == SUCCESS and s:
             return s.decode()
     except Exception:  # noqa: BLE001 - the name is only for the message
@@ -97,6 +98,7 @@ class DeviceContext:
         self.host_waits: Any = None
         self.matmul: Any = None
         self.lock = threading.RLock()
+        self.calls = fastcall.calls(cu)  # the per-command driver calls (ctypes on the real driver)
 
     @property
     def arch(self) -> str:

@@ -29,21 +29,25 @@ from .driver import NOT_READY, DeviceContext, check, fail
 from .kernels.misc import gpu_sleep
 
 _DISABLE_TIMING = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
+_NOT_READY = int(NOT_READY)
 
 
 class EventPool:
-    """Reusable CUDA events of one device (creating one costs a driver call and memory)."""
+    """Reusable CUDA events of one device (creating one costs a driver call and memory). Events are
+    kept as the raw handles the per-command calls take (``fastcall``)."""
 
     def __init__(self, ctx: DeviceContext):
         self.ctx = ctx
         self._free: list = []
+        self._raw = ctx.calls.fast
 
     def get(self):
         try:
             return self._free.pop()
         except IndexError:
             self.ctx.ensure_current()
-            return check(cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
+            ev = check(cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
+            return int(ev) if self._raw else ev
 
     def put(self, ev) -> None:
         self._free.append(ev)
@@ -52,11 +56,12 @@ class EventPool:
 class EventFence:
     """A lane's timeline: ``value`` is the last sequence number known to have finished on the GPU."""
 
-    __slots__ = ("ctx", "pool", "_marks", "_done", "_lock", "_syncing", "_spare")
+    __slots__ = ("ctx", "pool", "_marks", "_done", "_lock", "_syncing", "_spare", "_record", "_query")
 
     def __init__(self, ctx: DeviceContext, pool: EventPool):
         self.ctx = ctx
         self.pool = pool
+        self._record, self._query = ctx.calls.record, ctx.calls.query
         self._marks: collections.deque = collections.deque()  # (seq, event), oldest first
         self._done = 0
         self._lock = threading.Lock()
@@ -64,8 +69,9 @@ class EventFence:
         self._spare: list = []
 
     def mark(self, seq: int, stream) -> None:
+        """Record an event after command ``seq`` on ``stream`` (its raw handle)."""
         ev = self.pool.get()
-        err, = cu.cuEventRecord(ev, stream)
+        err = self._record(ev, stream)
         if err:
             fail(err, "cuEventRecord")
         with self._lock:
@@ -82,10 +88,11 @@ class EventFence:
     def value(self) -> int:
         with self._lock:
             marks = self._marks
+            query = self._query
             while marks:
                 seq, ev = marks[0]
-                err, = cu.cuEventQuery(ev)
-                if err == NOT_READY:
+                err = query(ev)
+                if err == _NOT_READY:
                     break
                 if err:
                     fail(err, "cuEventQuery")
@@ -128,8 +135,8 @@ class EventFence:
                 deadline = time.monotonic() + timeout
                 pause = 20e-6
                 while True:
-                    err, = cu.cuEventQuery(ev)
-                    if err != NOT_READY:
+                    err = self._query(ev)
+                    if err != _NOT_READY:
                         if err:
                             fail(err, "cuEventQuery")
                         break
@@ -210,14 +217,14 @@ class CudaLane(Lane):
                 cmd.run(self)
             else:
                 _traced_run(self, cmd, sink)
-        self.fence.mark(cmd.seq, self.stream)
+        self.fence.mark(cmd.seq, self.handle)
 
     def _enqueue_wait(self, point: Point) -> None:
         other = point.lane
         if isinstance(other, CudaLane):
             ev = other.fence.event_for(point.seq)
             if ev is not None:
-                err, = cu.cuStreamWaitEvent(self.stream, ev, 0)
+                err = self.ctx.calls.wait_event(self.handle, ev)
                 if err:
                     fail(err, "cuStreamWaitEvent")
         elif other.fence.value < point.seq:

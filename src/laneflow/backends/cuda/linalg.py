@@ -189,7 +189,7 @@ def _defer_info(lane, op: str, what: str, detail: str, ptr: int, count: int, pri
 
     slot = deferred(lane, explain, "linalg", overwrites=True)
     k = lane.ctx.modules.get(("solver_info_scan",), _build_scan)
-    k.launch(lane.stream, (1, 1, 1), (32, 1, 1), (ptr, count, slot))
+    k.launch(lane.handle, (1, 1, 1), (32, 1, 1), (ptr, count, slot))
 
 
 # -- small kernels: zero a triangle, write identities --------------------------------------------
@@ -223,14 +223,14 @@ def _tri_zero(lane, ptr: int, dtype, batch: int, rows: int, cols: int, keep_uppe
     total = batch * rows * cols
     if total:
         k = lane.ctx.modules.get(("solver_tri", dtype), lambda: _build_tri(dtype))
-        k.launch(lane.stream, grid_1d(lane.ctx, total), (256, 1, 1), (ptr, rows, cols, total, int(keep_upper)))
+        k.launch(lane.handle, grid_1d(lane.ctx, total), (256, 1, 1), (ptr, rows, cols, total, int(keep_upper)))
 
 
 def _eye(lane, ptr: int, dtype, batch: int, rows: int, cols: int) -> None:
     total = batch * rows * cols
     if total:
         k = lane.ctx.modules.get(("solver_eye", dtype), lambda: _build_eye(dtype))
-        k.launch(lane.stream, grid_1d(lane.ctx, total), (256, 1, 1), (ptr, rows, cols, total))
+        k.launch(lane.handle, grid_1d(lane.ctx, total), (256, 1, 1), (ptr, rows, cols, total))
 
 
 def _transpose(lane, dst: int, src: int, dtype, batch: int, rows: int, cols: int, ld: int | None = None,

@@ -289,7 +289,7 @@ def matmul_group(lane, prim, ins, outs) -> None:
                       "cuMemcpyHtoDAsync (grouped matmul pointers)")
                 check(cu.cuStreamSynchronize(mem.free_stream), "cuStreamSynchronize (grouped matmul pointers)")
             else:
-                store.launch_prefix(lane.stream, (1, 1, 1), (_PTR_SLOTS, 1, 1), (arr, len(words), *words))
+                store.launch_prefix(lane.handle, (1, 1, 1), (_PTR_SLOTS, 1, 1), (arr, len(words), *words))
             with pool.use(lane) as (handle, _):
                 cb.gemm_batched_ex(handle, 0, 0, N, M, K, alpha.ctypes.data, arr, tid, N, arr + cnt * 8, tid, K,
                                    beta.ctypes.data, arr + 2 * cnt * 8, tid, N, cnt, compute, -1)
@@ -317,4 +317,4 @@ def _build_int(dtype):
 def _int_matmul(lane, dtype, pa, sa, pb, sb, pc, M, N, K, batch) -> None:
     total = batch * M * N
     kern = lane.ctx.modules.get(("imatmul", dtype), lambda: _build_int(dtype))
-    kern.launch(lane.stream, grid_1d(lane.ctx, total), (256, 1, 1), (pc, pa, sa, pb, sb, M, N, K, total))
+    kern.launch(lane.handle, grid_1d(lane.ctx, total), (256, 1, 1), (pc, pa, sa, pb, sb, M, N, K, total))

@@ -21,7 +21,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from ...errors import OutOfMemoryError
-from .driver import OUT_OF_MEMORY, CudaError, DeviceContext, check
+from .driver import OUT_OF_MEMORY, CudaError, DeviceContext, check, fail
 from .lanes import CudaLane
 
 
@@ -140,6 +140,7 @@ class Memory:
     def __init__(self, ctx: DeviceContext):
         self.ctx = ctx
         self.pool = self._create_pool()
+        self._pool_h = int(self.pool) if ctx.calls.fast else self.pool
         self.pending: collections.deque = collections.deque()
         self.waiting: list = []  # frees that wait for a CPU lane
         self.retired: collections.deque = collections.deque()  # closed lanes (and graphs) to destroy
@@ -184,9 +185,12 @@ class Memory:
         cap = self.capture
         if cap is not None:  # scratch of a kernel being captured: memory the graph owns
             return cap.alloc(nbytes)
-        err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, self.pool, stream)
+        alloc = self.ctx.calls.alloc
+        pool = self._pool_h
+        s = stream if stream.__class__ is int else int(stream)
+        err, ptr = alloc(nbytes, pool, s)
         if err:
-            if err != OUT_OF_MEMORY:
+            if err != _OOM:
                 raise CudaError(f"{op}: allocating {nbytes} bytes", err)
             # Frees may still be queued or in flight, or held by cyclic garbage (the cyclic GC pauses
             # while a long graph is scheduled): free them and try once more. Retired lanes are left
@@ -196,16 +200,18 @@ class Memory:
             self.ctx.synchronize()
             self.collect(retire=False)
             self.ctx.synchronize()
-            err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, self.pool, stream)
+            err, ptr = alloc(nbytes, pool, s)
             if err:
                 raise OutOfMemoryError(op, nbytes, self.free_bytes(), f"gpu:{self.ctx.index}")
-        return int(ptr)
+        return ptr
 
     def raw_free(self, ptr: int, stream: Any) -> None:
         cap = self.capture
         if cap is not None and ptr in cap.ptrs:
             return  # freed with the graph
-        check(cu.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
+        err = self.ctx.calls.free(ptr, stream if stream.__class__ is int else int(stream))
+        if err:
+            fail(err, "cuMemFreeAsync")
 
     def free_bytes(self) -> int | None:
         free = self.ctx.free_bytes()
@@ -331,6 +337,9 @@ def _done(p) -> bool:
     if isinstance(lane, CudaLane):
         return lane.fence.known(p.seq) or lane.fence.value >= p.seq
     return lane.fence.value >= p.seq
+
+
+_OOM = int(OUT_OF_MEMORY)
 
 
 def _try(fn, *args) -> None:

@@ -49,7 +49,7 @@ def strided_copy(lane, out_ptr: int, out_dt, in_ptr: int, in_dt, shape: tuple, i
         raise LaneflowError(f"copy: more than {MAXD} non-mergeable dimensions")
     wide = n >= 2**31 - 2**20
     kern = lane.ctx.modules.get(("sc", in_dt, out_dt, nd, wide), lambda: _build_strided(in_dt, out_dt, nd, wide))
-    kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), (out_ptr, in_ptr, cshape, cist, cost, n))
+    kern.launch(lane.handle, grid_1d(lane.ctx, n), (256, 1, 1), (out_ptr, in_ptr, cshape, cist, cost, n))
 
 
 def copy(lane, prim, ins, outs) -> None:
@@ -144,7 +144,7 @@ def _fill(lane, kind: str, out, args: tuple) -> None:
     if n == 0:
         return
     kern = lane.ctx.modules.get(("fill", kind, out.dtype), lambda: _build_fill(kind, out.dtype))
-    kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), (out.ptr, *args, n))
+    kern.launch(lane.handle, grid_1d(lane.ctx, n), (256, 1, 1), (out.ptr, *args, n))
 
 
 def full(lane, prim, ins, outs) -> None:

@@ -341,7 +341,7 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
         o = operands[j]
         args.append(ins[o].ptr if conv is None else conv(o.value))
     args.extend(tail)
-    kern.launch(lane.stream, grid, (256, 1, 1), args)
+    kern.launch(lane.handle, grid, (256, 1, 1), args)
 
 
 def _plan(ctx, fn: str, operands: tuple, ins: list, out, op_types: tuple) -> _Plan:
@@ -451,7 +451,7 @@ def _check_int_power(lane, prim, ins, out) -> None:
         return
     slot = deferred(lane, _neg_power_error, "power")
     kern = lane.ctx.modules.get(("negcheck", x.dtype), lambda: _build_negcheck(x.dtype))
-    kern.launch(lane.stream, grid_1d(lane.ctx, x.size), (256, 1, 1), (x.ptr, x.size, slot))
+    kern.launch(lane.handle, grid_1d(lane.ctx, x.size), (256, 1, 1), (x.ptr, x.size, slot))
 
 
 def _neg_power_error(words):

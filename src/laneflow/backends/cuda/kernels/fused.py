@@ -168,7 +168,7 @@ def fused(lane, prim, ins, outs) -> None:
     args.extend(c(v) for c, v in zip(plan.convs, scalars))
     args.extend(tail)
     args.append(n)
-    kern.launch(lane.stream, grid, (256, 1, 1), args)
+    kern.launch(lane.handle, grid, (256, 1, 1), args)
 
 
 def _stepwise(lane, steps: tuple, ins: list, out) -> None:

@@ -168,7 +168,7 @@ def _launch_adv(lane, op: str, scatter: bool, out_ptr: int, in_ptr: int, dt, adv
     else:  # every index array was checked on the host (_check_bounds): the slot is never read
         slot = slots_of(lane.ctx).scratch_ptr()
     args += [n, slot]
-    kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), tuple(args))
+    kern.launch(lane.handle, grid_1d(lane.ctx, n), (256, 1, 1), tuple(args))
 
 
 def getitem(lane, prim, ins, outs) -> None:

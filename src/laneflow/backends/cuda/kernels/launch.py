@@ -21,7 +21,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from ..driver import DeviceContext, check, fail
-from .. import nvrtc
+from .. import fastcall, nvrtc
 from .cdefs import PREAMBLE
 
 _FMT = {"p": ("Q", 8), "?": ("?", 1), "b": ("b", 1), "B": ("B", 1), "h": ("h", 2), "H": ("H", 2),
@@ -33,10 +33,14 @@ _DSIZE = {"D": 64}
 class Kernel:
     """A loaded kernel function with its parameter layout."""
 
-    __slots__ = ("fn", "name", "params", "_pack", "_block", "_argv", "_argv_addr", "_dims", "attrs", "_prefix")
+    __slots__ = ("fn", "name", "params", "_pack", "_block", "_argv", "_argv_addr", "_dims", "attrs", "_prefix",
+                 "_fn", "_launch")
 
-    def __init__(self, fn: Any, name: str, params: str):
+    def __init__(self, fn: Any, name: str, params: str, calls: Any = None):
         self.fn = fn
+        calls = calls if calls is not None else fastcall.calls(cu)
+        self._fn = int(fn) if calls.fast else fn  # the handle as the launch call takes it
+        self._launch = calls.launch
         self.name = name
         self.params = params
         fmt, offsets = _layout(params)
@@ -50,21 +54,23 @@ class Kernel:
         self.attrs: dict = {}
         self._prefix: dict = {}
 
-    def launch_prefix(self, stream: Any, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
+    def launch_prefix(self, stream: int, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
         """Launch with only the first ``len(args)`` parameters packed; the rest of the block keeps
         older bytes. For a kernel that reads a prefix of a long parameter list (``matmul_group``'s
-        pointer block), so a short call does not pack the whole list."""
+        pointer block), so a short call does not pack the whole list. ``stream``: the raw handle
+        (``lane.handle``)."""
         pack = self._prefix.get(len(args))
         if pack is None:
             pack = self._prefix[len(args)] = struct.Struct(_layout(self.params[:len(args)])[0]).pack_into
         pack(self._block, 0, *args)
         gx, gy, gz = grid
         bx, by, bz = block
-        err, = cu.cuLaunchKernel(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr, 0)
+        err = self._launch(self._fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
         if err:
             fail(err, f"launching {self.name}")
 
-    def launch(self, stream: Any, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
+    def launch(self, stream: int, grid: tuple, block: tuple, args: tuple, smem: int = 0) -> None:
+        """Pack ``args`` into the kernel's parameter block and launch it on stream handle ``stream``."""
         if self._dims:
             flat = []
             for i, a in enumerate(args):
@@ -79,7 +85,7 @@ class Kernel:
             self._pack(self._block, 0, *args)
         gx, gy, gz = grid
         bx, by, bz = block
-        err, = cu.cuLaunchKernel(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr, 0)
+        err = self._launch(self._fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
         if err:
             fail(err, f"launching {self.name}")
 
@@ -139,7 +145,7 @@ class Modules:
             mod = check(cu.cuModuleLoadData(image), f"cuModuleLoadData({name})")
             self._modules[key] = mod
         fn = check(cu.cuModuleGetFunction(mod, name.encode()), f"cuModuleGetFunction({name})")
-        return Kernel(fn, name, params)
+        return Kernel(fn, name, params, ctx.calls)
 
 
 def grid_1d(ctx: DeviceContext, n: int, threads: int = 256, per_sm: int = 16) -> tuple:

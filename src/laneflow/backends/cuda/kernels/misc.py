@@ -25,10 +25,10 @@ extern "C" __global__ void lf_spin(long long cycles, long long* out) {
 def gpu_sleep(lane, seconds: float) -> None:
     """Delay the lane's stream by ``seconds`` (injected test delays; never on a normal path)."""
     k = lane.ctx.modules.get(("sleep",), lambda: (_SLEEP, "lf_sleep", "Q"))
-    k.launch(lane.stream, (1, 1, 1), (1, 1, 1), (int(seconds * 1e9),))
+    k.launch(lane.handle, (1, 1, 1), (1, 1, 1), (int(seconds * 1e9),))
 
 
 def gpu_spin(lane, cycles: int, out_ptr: int = 0) -> None:
     """Busy-wait one thread for ``cycles`` SM clocks (a test workload for lane concurrency)."""
     k = lane.ctx.modules.get(("spin",), lambda: (_SPIN, "lf_spin", "qp"))
-    k.launch(lane.stream, (1, 1, 1), (1, 1, 1), (int(cycles), out_ptr))
+    k.launch(lane.handle, (1, 1, 1), (1, 1, 1), (int(cycles), out_ptr))

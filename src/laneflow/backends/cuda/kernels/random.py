@@ -100,7 +100,7 @@ def random(lane, prim, ins, outs) -> None:
         args = (out.ptr, key.ptr, float(prim.a), float(prim.b), n)
     else:
         args = (out.ptr, key.ptr, float(np.float32(prim.a)), float(np.float32(prim.b)), n)
-    kern.launch(lane.stream, grid_1d(lane.ctx, n), (256, 1, 1), args)
+    kern.launch(lane.handle, grid_1d(lane.ctx, n), (256, 1, 1), args)
 
 
 def _build_split(key_dt, out_dt):
@@ -118,4 +118,4 @@ def _build_split(key_dt, out_dt):
 def random_split(lane, prim, ins, outs) -> None:
     key, out = ins[0], outs[0]
     kern = lane.ctx.modules.get(("split", key.dtype, out.dtype), lambda: _build_split(key.dtype, out.dtype))
-    kern.launch(lane.stream, grid_1d(lane.ctx, prim.num), (256, 1, 1), (out.ptr, key.ptr, prim.num))
+    kern.launch(lane.handle, grid_1d(lane.ctx, prim.num), (256, 1, 1), (out.ptr, key.ptr, prim.num))

@@ -186,7 +186,7 @@ def _reduce_once(lane, op: str, fold: str, in_ptr: int, in_dt, out_ptr: int, out
         part = mem.raw_alloc(nout * splits * acc_size(acc_dt), lane.stream, op)
     spec = ("red", op, fold, plan.inner, in_dt, acc_dt, out_dt, nk, nr, splits > 1, False)
     kern = ctx.modules.get(spec, lambda: _build(op, fold, plan.inner, in_dt, acc_dt, out_dt, nk, nr, splits > 1, False))
-    kern.launch(lane.stream, (max(1, grid_x), splits, 1), (threads, 1, 1),
+    kern.launch(lane.handle, (max(1, grid_x), splits, 1), (threads, 1, 1),
                 (out_ptr, in_ptr, aux, part, plan.kshape, plan.kstride, plan.rshape, plan.rstride, nout, R, rchunk,
                  count, dcount))
     if splits > 1:
@@ -196,7 +196,7 @@ def _reduce_once(lane, op: str, fold: str, in_ptr: int, in_dt, out_ptr: int, out
             cplan = _flat_plan(nout, splits, (1, nout))
         spec = ("red", op, fold, False, acc_dt, acc_dt, out_dt, 1, 1, False, True)
         kern = ctx.modules.get(spec, lambda: _build(op, fold, False, acc_dt, acc_dt, out_dt, 1, 1, False, True))
-        kern.launch(lane.stream, (int(min(-(-nout // 256), sms * 16)), 1, 1), (256, 1, 1),
+        kern.launch(lane.handle, (int(min(-(-nout // 256), sms * 16)), 1, 1), (256, 1, 1),
                     (out_ptr, part, aux, 0, cplan.kshape, cplan.kstride, cplan.rshape, cplan.rstride, nout, splits,
                      splits, count, dcount))
         mem.raw_free(part, lane.stream)
@@ -302,7 +302,7 @@ def argreduce(lane, prim, ins, outs) -> None:
     else:
         threads = 256
         grid = (int(min(-(-nout // 256), ctx.sm_count * 16)), 1, 1)
-    kern.launch(lane.stream, grid, (threads, 1, 1), (out.ptr, x.ptr, kshape, kstride, R, rst, nout))
+    kern.launch(lane.handle, grid, (threads, 1, 1), (out.ptr, x.ptr, kshape, kstride, R, rst, nout))
 
 
 # -- softmax / logsumexp ---------------------------------------------------------------------------
@@ -446,7 +446,7 @@ def _nn(lane, op: str, x, out, axes: tuple) -> None:
             vpl *= 2
         kern = ctx.modules.get(("nn rows", op, x.dtype, out.dtype, vpl, vec),
                                lambda: _build_warp_rows(op, x.dtype, out.dtype, vpl, vec))
-        kern.launch(lane.stream, grid_1d(ctx, plan.nout, threads=8, per_sm=64), (256, 1, 1), (out.ptr, x.ptr, plan.nout, R))
+        kern.launch(lane.handle, grid_1d(ctx, plan.nout, threads=8, per_sm=64), (256, 1, 1), (out.ptr, x.ptr, plan.nout, R))
         return
     cached = op == "softmax" and plan.inner and R * wsize <= 48 * 1024
     spec = ("nn", op, x.dtype, out.dtype, plan.inner, len(plan.kshape), len(plan.rshape), cached)
@@ -458,7 +458,7 @@ def _nn(lane, op: str, x, out, axes: tuple) -> None:
     else:
         threads = 256
         grid = (int(min(-(-plan.nout // 256), ctx.sm_count * 16)), 1, 1)
-    kern.launch(lane.stream, grid, (threads, 1, 1),
+    kern.launch(lane.handle, grid, (threads, 1, 1),
                 (out.ptr, x.ptr, plan.kshape, plan.kstride, plan.rshape, plan.rstride, plan.nout, R),
                 smem=R * wsize if cached else 0)
 
