@@ -53,12 +53,24 @@ class EventPool:
         self._free.append(ev)
 
 
+#: A lane records an event after every MARK_EVERY-th command by itself (so ``value`` and the lane's
+#: load advance); any other point gets one when something needs it (a wait, a host read, a free).
+MARK_EVERY = 16
+
+
 class EventFence:
-    """A lane's timeline: ``value`` is the last sequence number known to have finished on the GPU."""
+    """A lane's timeline: ``value`` is the last sequence number known to have finished on the GPU.
 
-    __slots__ = ("ctx", "pool", "_marks", "_done", "_lock", "_syncing", "_spare", "_record", "_query")
+    Events are recorded lazily: ``mark`` notes that a command was enqueued, and records an event only
+    every :data:`MARK_EVERY` commands; ``event_for`` and ``wait`` record one when the point they need
+    has none yet. An event recorded later than its command covers it (stream order), and is recorded
+    before the lane's next command is enqueued whenever the encoder asks (it asks for the latest point
+    of a producer), so no wait is later than needed."""
 
-    def __init__(self, ctx: DeviceContext, pool: EventPool):
+    __slots__ = ("ctx", "pool", "_marks", "_done", "_lock", "_syncing", "_spare", "_record", "_query", "_stream",
+                 "_last", "_marked")
+
+    def __init__(self, ctx: DeviceContext, pool: EventPool, stream: int = 0):
         self.ctx = ctx
         self.pool = pool
         self._record, self._query = ctx.calls.record, ctx.calls.query
@@ -67,18 +79,38 @@ class EventFence:
         self._lock = threading.Lock()
         self._syncing = 0
         self._spare: list = []
+        self._stream = stream  # the lane's raw stream handle
+        self._last = 0         # the last command enqueued on the lane
+        self._marked = 0       # the last command an event was recorded after
 
     def mark(self, seq: int, stream) -> None:
-        """Record an event after command ``seq`` on ``stream`` (its raw handle)."""
-        ev = self.pool.get()
-        err = self._record(ev, stream)
-        if err:
-            fail(err, "cuEventRecord")
+        """Command ``seq`` is enqueued on the lane (``stream``, its raw handle)."""
+        self._last = seq
+        if seq - self._marked >= MARK_EVERY:
+            self._record_now()
+
+    def _record_now(self, hold: bool = False) -> tuple:
+        """Record an event covering every command enqueued so far; returns (seq, event). ``hold``: the
+        caller will synchronise on it (counted under the lock, so it is not recycled meanwhile)."""
         with self._lock:
+            seq = self._last
+            if hold:
+                self._syncing += 1
+            if self._marks and self._marks[-1][0] >= seq:
+                return self._marks[-1]
+            ev = self.pool.get()
+            err = self._record(ev, self._stream)
+            if err:
+                self.pool.put(ev)
+                if hold:
+                    self._syncing -= 1
+                fail(err, "cuEventRecord")
             self._marks.append((seq, ev))
+            self._marked = seq
             n = len(self._marks)
         if n > 64:
             self.value  # retire finished marks so events recycle and the deque stays short
+        return seq, ev
 
     def known(self, seq: int) -> bool:
         """True if seq is already known finished (no driver call)."""
@@ -105,27 +137,30 @@ class EventFence:
         raise LaneflowError("a CUDA lane's fence is signalled by the GPU, not by the host")
 
     def event_for(self, seq: int):
-        """The event recorded right after command seq (None when it is known finished)."""
+        """An event recorded after command seq (recorded now if there is none yet; None when seq is
+        known finished)."""
         with self._lock:
             if self._done >= seq:
                 return None
             for s, ev in self._marks:
                 if s >= seq:
                     return ev
-        return None
+        return self._record_now()[1]
 
     def wait(self, value: int, timeout: float | None = None) -> bool:
         if self._done >= value:
             return True
+        target = None
         with self._lock:
-            target = None
             for s, ev in self._marks:
                 if s >= value:
                     target = (s, ev)
+                    self._syncing += 1
                     break
-            if target is None:
+        if target is None:
+            if value > self._last:  # not enqueued: nothing to wait for on the device
                 return self._done >= value
-            self._syncing += 1
+            target = self._record_now(hold=True)
         try:
             s, ev = target
             self.ctx.ensure_current()
@@ -180,7 +215,7 @@ class CudaLane(Lane):
         self.ctx = ctx
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
         self.handle = int(self.stream)  # for library calls that take a raw stream
-        self.fence = EventFence(ctx, ctx.events)
+        self.fence = EventFence(ctx, ctx.events, self.handle)
         self.closed = False
         self.closing = False  # close() was called: the stream is destroyed at the next safe point
 
