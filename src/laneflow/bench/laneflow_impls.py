@@ -90,6 +90,25 @@ def fused(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
     return impl
 
 
+def unfused(impl: Impl | Result) -> Impl | Result:
+    """``impl`` (a laneflow row) with elementwise fusion off while it runs, named so."""
+    if isinstance(impl, Result):
+        return impl
+    run = impl.run
+
+    def unfused_run():
+        was = fusion._enabled
+        fusion.set_enabled(False)
+        try:
+            return run()
+        finally:
+            fusion.set_enabled(was)
+
+    impl.run = unfused_run
+    impl.name += ", fusion off"
+    return impl
+
+
 def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
              to_host: Callable = host) -> Impl | Result:
     if not hasattr(lf, "compile"):

@@ -28,6 +28,14 @@ def dispatch(case, device, lanes):
     return [_impl("eager", lambda: chain(x0))]
 
 
+def dispatch_mixed(case, device, lanes):
+    from ..suites.dispatch import mixed_program
+
+    check(device)
+    prog = mixed_program(case.params["n"], lambda v: v.sum(axis=0, keepdims=True))
+    return [_impl("eager", lambda: prog(case.inputs["x"], case.inputs["w"]))]
+
+
 def experts(case, device, lanes):
     check(device)
     X, W = case.inputs["x"], case.inputs["w"]

@@ -108,6 +108,15 @@ def dispatch(case, device, lanes):
     return [impl("eager", lambda: chain(x0), lanes=1)]
 
 
+def dispatch_mixed(case, device, lanes):
+    from ..suites.dispatch import mixed_program
+
+    torch, dev, gpu, impl = _setup(device)
+    x, w = _tensor(torch, case.inputs["x"], dev), _tensor(torch, case.inputs["w"], dev)
+    prog = mixed_program(case.params["n"], lambda v: v.sum(dim=0, keepdim=True))
+    return [impl("eager", lambda: prog(x, w), lanes=1)]
+
+
 def experts(case, device, lanes):
     torch, dev, gpu, impl = _setup(device)
     X = _tensor(torch, case.inputs["x"], dev)

@@ -1,7 +1,14 @@
 """dispatch: host cost per tiny op (a chain of N dependent adds on 16 floats), and what tracing costs.
 
-Rows: laneflow lazy chain (one eval), eval after every op, the same chain while ``lf.trace()`` records,
-and the trace hook alone with tracing off (the global reads the runtime does per command).
+Cases:
+
+- the chain as written, whose adds fuse into one command per 32 (rows: laneflow eager uncached and
+  cached, compiled, eval after every op, the same chain while ``lf.trace()`` records, and the trace
+  hook alone with tracing off);
+- the same chain with fusion off, so every add is its own command: the host cost per command that
+  fusion cannot shrink;
+- a mixed chain of matmul, reshape, add and sum on 16x16 arrays, per op written (reshapes of
+  contiguous data are views that make no command).
 """
 
 from __future__ import annotations
@@ -29,7 +36,36 @@ def run(ctx):
                  _hook_off(case, n)]
     results = ctx.run_case(case, "dispatch", rows)
     _relate(results)
+    unfused = Case("dispatch", f"chain of {n} tiny adds (16 float32), elementwise fusion off", {"x": x},
+                   x + np.float32(n), bytes=n * 2 * x.nbytes, flops=n * x.size, items=n, item_name="op",
+                   params={"n": n})
+    rows = lfi.modes(unfused, ctx.device, ctx.lanes, chain, [x])
+    results += ctx.run_case(unfused, "dispatch", [lfi.unfused(r) for r in rows])
+    results += _mixed(ctx)
     return results
+
+
+def mixed_program(n: int, rsum):
+    """``n`` rounds of matmul, two reshapes, add, sum, multiply and subtract on a 16x16 array (7 ops a
+    round); ``rsum(v)`` sums over axis 0 keeping it (each framework's spelling)."""
+    def prog(x, w):
+        for _ in range(n):
+            y = (x @ w).reshape(-1).reshape(16, 16) + 1.0
+            x = y - rsum(y) * (1.0 / 16)
+        return x
+    return prog
+
+
+def _mixed(ctx):
+    n = ctx.size(quick={"n": 20}, cpu={"n": 200}, gpu={"n": 1000})["n"]
+    rng = np.random.default_rng(20261202)
+    x = rng.standard_normal((16, 16)).astype(np.float32)
+    w = (np.eye(16) + rng.standard_normal((16, 16)) * 0.05).astype(np.float32)
+    want = mixed_program(n, lambda v: v.sum(axis=0, keepdims=True))(x.astype(np.float64), w.astype(np.float64))
+    case = Case("dispatch", f"mixed chain: {n} x (matmul, 2 reshapes, add, sum, multiply, subtract) on 16x16 float32",
+                {"x": x, "w": w}, want, items=7 * n, item_name="op", params={"n": n}, rtol=1e-3)
+    prog = mixed_program(n, lambda v: lf.sum(v, axis=0, keepdims=True))
+    return ctx.run_case(case, "dispatch_mixed", lfi.modes(case, ctx.device, ctx.lanes, prog, [x, w]))
 
 
 def _relate(results) -> None:
