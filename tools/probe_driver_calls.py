@@ -1,5 +1,6 @@
 """Host cost of the driver calls every laneflow command makes, through cuda-bindings and through ctypes
-(``backends/cuda/fastcall.py``), and what a tiny op costs laneflow with each and torch, on one GPU.
+(``backends/cuda/fastcall.py`` keeps cuda-bindings: ctypes measured slower), and what a tiny op costs
+laneflow and torch, on one GPU.
 
     python tools/probe_driver_calls.py [--n 20000]
 
@@ -27,6 +28,33 @@ def rounds(fn, n: int, sync) -> float:
     return statistics.median(ts)
 
 
+def _ctypes():
+    """The same calls straight into libcuda through ctypes (what was measured against cuda-bindings)."""
+    import ctypes
+    from types import SimpleNamespace
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    vp, u32, sz, i32 = ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t, ctypes.c_int
+
+    def fn(name, *argtypes):
+        f = getattr(lib, name)
+        f.argtypes, f.restype = list(argtypes), i32
+        return f
+
+    launch = fn("cuLaunchKernel", vp, u32, u32, u32, u32, u32, u32, u32, vp, vp, vp)
+    alloc = fn("cuMemAllocFromPoolAsync", ctypes.POINTER(ctypes.c_uint64), sz, vp, vp)
+    out = ctypes.c_uint64(0)
+    ref = ctypes.byref(out)
+
+    def alloc_async(nbytes, pool, s):
+        err = alloc(ref, nbytes, pool, s)
+        return err, out.value
+
+    return SimpleNamespace(
+        launch=lambda f, gx, gy, gz, bx, by, bz, smem, s, argv: launch(f, gx, gy, gz, bx, by, bz, smem, s, argv, None),
+        record=fn("cuEventRecord", vp, vp), alloc=alloc_async, free=fn("cuMemFreeAsync", ctypes.c_uint64, vp))
+
+
 def calls(n: int) -> None:
     from cuda.bindings import driver as cu
 
@@ -35,7 +63,7 @@ def calls(n: int) -> None:
     from laneflow.runtime.backend import backend_for
 
     ctx = backend_for(lf.gpu).context(0)
-    fast, slow = fastcall._ctypes(), fastcall._through(cu)
+    fast, slow = _ctypes(), fastcall._through(cu)
     st = cu.cuStreamCreate(1)[1]
     h = int(st)
     kern = ctx.modules.get(("probe empty",), lambda: ('extern "C" __global__ void lf_empty(int x) {}\n', "lf_empty", "i"))
@@ -47,7 +75,7 @@ def calls(n: int) -> None:
         cu.cuStreamSynchronize(st)
 
     for name, c in (("cuda-bindings", slow), ("ctypes", fast)):
-        fn = kern._fn if c is fast else kern.fn
+        fn = int(kern.fn) if c is fast else kern.fn
         s = h if c is fast else st
         e = evh if c is fast else ev
         p = poolh if c is fast else pool
@@ -124,8 +152,8 @@ def main() -> int:
     else:
         import os
 
-        for part, env in (("calls", {}), ("chain", {"LANEFLOW_FAST_DRIVER": "0"}), ("chain", {}), ("torch", {})):
-            tag = " (LANEFLOW_FAST_DRIVER=0)" if env else ""
+        for part, env in (("calls", {}), ("chain", {}), ("torch", {})):
+            tag = ""
             p = subprocess.run([sys.executable, __file__, "--part", part, "--n", str(a.n)], capture_output=True,
                                text=True, env={**os.environ, **env})
             for line in (p.stdout + p.stderr).strip().splitlines():

@@ -49,6 +49,7 @@ class Fused(Primitive):
     the last step is the output."""
 
     kind = "fused"
+    plain = False
 
     def __init__(self, steps: tuple, names: list):
         # errors and traces name every op of the group: "fused multiply, sqrt, add"

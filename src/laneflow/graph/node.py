@@ -47,6 +47,9 @@ class Primitive:
     donates = False
     one_allocation = False
     cacheable = True
+    #: The parameters are plain hashable values (ints, tuples of ints, dtypes, strings): the key is
+    #: them as they are. Primitives holding Scalars, slices or dicts say False and are frozen.
+    plain = True
 
     def __init__(self, name: str):
         self.name = name
@@ -58,10 +61,14 @@ class Primitive:
     def cache_info(self) -> tuple:
         """``(cache_key(), scalars())``, computed once and kept as ``_ck`` (what the plan cache reads
         per node: ``prim._ck``, with this as the fallback)."""
-        ck = self.__dict__.get("_ck")
+        d = self.__dict__
+        ck = d.get("_ck")
         if ck is None:
-            key = (type(self), tuple((n, _freeze(v)) for n, v in vars(self).items() if n != "_ck"))
-            ck = self.__dict__["_ck"] = (key, self.scalars())
+            if self.plain:
+                key = (type(self), *d.values())
+            else:
+                key = (type(self), tuple((n, _freeze(v)) for n, v in d.items()))
+            ck = d["_ck"] = (key, self.scalars())
         return ck
 
     def scalars(self) -> tuple:

@@ -87,6 +87,14 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     return node(Elementwise(name, fn or name, tuple(operands)), datas, shape, dtype, st)
 
 
+def _broadcast_pair(a: tuple, b: tuple) -> tuple | None:
+    """The broadcast shape of two shapes, or None when they do not broadcast (the general path says so)."""
+    try:
+        return broadcast_shapes([a, b])
+    except ValueError:
+        return None
+
+
 #: Primitives are immutable, so the fast paths share one per (op, operands): a chain like
 #: ``x = x + 1.0`` then allocates one graph node per op instead of three objects more, which keeps
 #: Python's cyclic garbage collector from running full passes over long lazy graphs.
@@ -118,10 +126,12 @@ def _binary(row: table.Elementwise):
                         return node(prim, (d,), d.shape, hit[0], st)
                 elif bc is Array:
                     e = b._data
-                    if e.shape == d.shape and (e.device is d.device or e.device == d.device):
+                    if e.device is d.device or e.device == d.device:
                         hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, e.dtype)))
                         if hit is not None and hit[1] is None:
-                            return node(both, (d, e), d.shape, hit[0], st)
+                            shape = d.shape if e.shape == d.shape else _broadcast_pair(d.shape, e.shape)
+                            if shape is not None:
+                                return node(both, (d, e), shape, hit[0], st)
         return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name

@@ -31,6 +31,7 @@ class Factorization(Primitive):
     """One solver call; ``params`` are keyword options (e.g. full_matrices)."""
 
     kind = "linalg"
+    plain = False
 
     def __init__(self, name: str, **params: Any):
         super().__init__(name)

@@ -9,7 +9,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
-from .core import cast, describe, node, operand, stream_of
+from .core import broadcast_shapes, cast, describe, node, operand, stream_of
 from .primitives import Matmul
 
 
@@ -40,12 +40,21 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
             if len(_PRIMS) < 1024:
                 _PRIMS[gkey] = prim
         return node(prim, (x, y), xs[:-1] + ys[-1:], x.dtype, st)
+    if (x.dtype is y.dtype and len(ys) == 2 and len(xs) > 2 and xs[-1] == ys[0] and x.dtype in _FAST):
+        # a batch of rows times one matrix (a projection of (batch, tokens, d)): no broadcasting rules
+        key = (xs, ys, x.dtype, "rows")
+        prim = _PRIMS.get(key)
+        if prim is None:
+            prim = Matmul(None)
+            if len(_PRIMS) < 1024:
+                _PRIMS[key] = prim
+        return node(prim, (x, y), xs[:-1] + ys[-1:], x.dtype, st)
     xm = xs if len(xs) > 1 else (1,) + xs
     ym = ys if len(ys) > 1 else ys + (1,)
     if xm[-1] != ym[-2]:
         raise ValueError(f"matmul: inner dimensions differ: {describe(x, y)} ({xm[-1]} != {ym[-2]})")
     try:
-        batch = np.broadcast_shapes(xm[:-2], ym[:-2])
+        batch = broadcast_shapes([xm[:-2], ym[:-2]])
     except ValueError:
         raise ValueError(f"matmul: batch dimensions of {describe(x, y)} cannot be broadcast") from None
     shape = batch + (xm[-2], ym[-1])

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..graph.node import Primitive, Scalar
+from ..graph.node import Primitive, Scalar, _py_type
 
 
 class Constant(Primitive):
@@ -29,6 +29,16 @@ class Elementwise(Primitive):
     def __init__(self, name: str, fn: str, operands: tuple):
         super().__init__(name)
         self.fn, self.operands = fn, operands
+
+    def cache_info(self) -> tuple:
+        ck = self.__dict__.get("_ck")
+        if ck is None:
+            ops = self.operands
+            sc = tuple([o for o in ops if o.__class__ is Scalar])
+            key = (Elementwise, self.name, self.fn,
+                   tuple([o if o.__class__ is int else (Scalar, _py_type(o.value)) for o in ops]) if sc else ops)
+            ck = self.__dict__["_ck"] = (key, sc)
+        return ck
 
     def scalars(self) -> tuple:
         return tuple(o for o in self.operands if o.__class__ is Scalar)
@@ -129,6 +139,7 @@ class GetItem(Primitive):
     ``k`` wrapped as ``("array", k)`` refers to input ``k`` (an integer index array)."""
 
     kind = "getitem"
+    plain = False  # slices or floats among its parameters
 
     def __init__(self, index: tuple):
         super().__init__("getitem")
@@ -139,6 +150,7 @@ class SetItem(Primitive):
     """New value of ``x`` after ``x[index] = v``: inputs (x, v, *index arrays). Writes in place when it can."""
 
     kind = "setitem"
+    plain = False  # slices or floats among its parameters
     donates = True
 
     def __init__(self, index: tuple):
@@ -156,6 +168,7 @@ class Take(Primitive):
 
 class Full(Primitive):
     kind = "full"
+    plain = False  # slices or floats among its parameters
 
     def __init__(self, value: Any, name: str = "full"):
         super().__init__(name)
@@ -164,6 +177,7 @@ class Full(Primitive):
 
 class Arange(Primitive):
     kind = "arange"
+    plain = False  # slices or floats among its parameters
 
     def __init__(self, start: Any, step: Any):
         super().__init__("arange")
@@ -172,6 +186,7 @@ class Arange(Primitive):
 
 class Linspace(Primitive):
     kind = "linspace"
+    plain = False  # slices or floats among its parameters
 
     def __init__(self, start: float, stop: float, endpoint: bool):
         super().__init__("linspace")
@@ -190,6 +205,7 @@ class Random(Primitive):
     """Counter-based random numbers (Philox-4x32-10) from a key input: same key, same numbers."""
 
     kind = "random"
+    plain = False  # slices or floats among its parameters
 
     def __init__(self, name: str, dist: str, a: float, b: float):
         super().__init__(name)

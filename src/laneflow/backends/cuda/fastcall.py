@@ -1,27 +1,19 @@
-"""The driver calls every command makes, with as little Python around them as possible.
+"""The driver calls every command makes, in one place: a kernel launch, an event record and query, a
+stream wait, a stream-ordered allocation and free, a device copy.
 
-A tiny op costs laneflow a kernel launch, an event record, and often a stream-ordered allocation and
-free. Through cuda-bindings each call converts its arguments to typed objects and its result to a
-``CUresult`` enum; through ``ctypes`` on the driver library itself it passes plain integers (the
-handles' addresses) and gets an ``int`` back. :func:`calls` gives one object with those few calls,
-bound to ctypes when laneflow talks to the real driver (``libcuda``), and to the module ``cu`` of
-``driver.py`` otherwise (the fake driver in tests patches that module, so it sees every call).
-``LANEFLOW_FAST_DRIVER=0`` uses cuda-bindings for them too; ``tools/probe_driver_calls.py`` measures
-both on a GPU.
+:func:`calls` binds them to the module ``cu`` of ``driver.py`` (the fake driver in tests patches that
+module, so it sees every call). Every function returns the ``CUresult`` as an int (0: success).
 
-Every function returns the ``CUresult`` as an int (0: success); handles are passed as ints
-(``int(stream)``, ``int(event)``, ``int(function)``, ``int(pool)``).
+Calling libcuda through ``ctypes`` instead was measured and is slower (H200, 2026-12-02,
+``tools/probe_driver_calls.py``, log ``docs/perf/probe-driver-calls-h200-2026-12-02.txt``): per call
+cuLaunchKernel 7.44 us against cuda-bindings' 5.92, an allocation and free 3.94 against 3.00, an event
+record 0.62 against 0.99; the tiny add chain cost 18.8 us per op that way against 16.0. ctypes'
+argument conversion for an 11-argument launch costs more than cuda-bindings' typed wrappers.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 from typing import Any
-
-from cuda.bindings import driver as _real
-
-_ENABLED = os.environ.get("LANEFLOW_FAST_DRIVER", "1") != "0"
 
 
 class Calls:
@@ -53,47 +45,6 @@ def _through(cu) -> Calls:
     return c
 
 
-def _ctypes() -> Calls | None:
-    """The calls straight into libcuda, or None when it cannot be loaded here."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    vp, u32, sz, i32 = ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t, ctypes.c_int
-
-    def fn(name: str, *argtypes):
-        f = getattr(lib, name)
-        f.argtypes, f.restype = list(argtypes), i32
-        return f
-
-    launch = fn("cuLaunchKernel", vp, u32, u32, u32, u32, u32, u32, u32, vp, vp, vp)
-    record = fn("cuEventRecord", vp, vp)
-    query = fn("cuEventQuery", vp)
-    wait = fn("cuStreamWaitEvent", vp, vp, u32)
-    alloc = fn("cuMemAllocFromPoolAsync", ctypes.POINTER(ctypes.c_uint64), sz, vp, vp)
-    free = fn("cuMemFreeAsync", ctypes.c_uint64, vp)
-    dtod = fn("cuMemcpyDtoDAsync_v2", ctypes.c_uint64, ctypes.c_uint64, sz, vp)
-    htod = fn("cuMemcpyHtoDAsync_v2", ctypes.c_uint64, vp, sz, vp)
-    out = ctypes.c_uint64(0)
-    ref = ctypes.byref(out)
-    c = Calls()
-    c.fast = True
-    c.launch = lambda f, gx, gy, gz, bx, by, bz, smem, s, argv: launch(f, gx, gy, gz, bx, by, bz, smem, s, argv, None)
-    c.record = record
-    c.query = query
-    c.wait_event = lambda s, ev: wait(s, ev, 0)
-
-    def alloc_async(nbytes, pool, s):  # under the device lock or the scheduling lock: one out-word is enough
-        err = alloc(ref, nbytes, pool, s)
-        return err, out.value if not err else 0
-
-    c.alloc = alloc_async
-    c.free = free
-    c.copy_dtod = dtod
-    c.copy_htod = htod
-    return c
-
-
 _calls: list = [None, None]  # (the cu module they were made for, Calls)
 
 
@@ -101,6 +52,6 @@ def calls(cu: Any) -> Calls:
     """The per-command calls for driver module ``cu`` (``driver.py``'s, which the fake driver patches)."""
     made_for, c = _calls
     if c is None or made_for is not cu:
-        c = (_ctypes() if cu is _real and _ENABLED else None) or _through(cu)
+        c = _through(cu)
         _calls[0], _calls[1] = cu, c
     return c

@@ -176,6 +176,25 @@ def _operand(lane, x, dtype, batch_shape: tuple, mat: tuple, temps: list) -> tup
     return ptr, (msize if keep_batch else 0)
 
 
+class _Rows:
+    """An operand (batch..., M, K) seen as (rows, K): the same memory, one matrix."""
+
+    __slots__ = ("ptr", "dtype", "shape")
+
+    def __init__(self, a, rows: int, k: int):
+        self.ptr, self.dtype, self.shape = a.ptr, a.dtype, (rows, k)
+
+
+_BATCH: dict = {}
+
+
+def _batch(a: tuple, b: tuple) -> tuple:
+    r = _BATCH.get((a, b))
+    if r is None:
+        r = _BATCH[(a, b)] = tuple(np.broadcast_shapes(a, b))
+    return r
+
+
 def matmul(lane, prim, ins, outs) -> None:
     a, b = ins
     out = outs[0]
@@ -184,8 +203,11 @@ def matmul(lane, prim, ins, outs) -> None:
     K = a.shape[-1]
     M = a.shape[-2] if len(a.shape) >= 2 else 1
     N = b.shape[-1] if len(b.shape) >= 2 else 1
-    batch_shape = np.broadcast_shapes(a.shape[:-2] if len(a.shape) >= 2 else (),
-                                      b.shape[:-2] if len(b.shape) >= 2 else ())
+    if len(b.shape) == 2 and len(a.shape) > 2 and a.dtype == out.dtype:
+        # a batch of rows times one matrix: one GEMM over all the rows (a and out are contiguous)
+        M = out.size // N
+        a = _Rows(a, M, K)
+    batch_shape = _batch(a.shape[:-2] if len(a.shape) >= 2 else (), b.shape[:-2] if len(b.shape) >= 2 else ())
     batch = 1
     for s in batch_shape:
         batch *= s
