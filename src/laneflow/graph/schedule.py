@@ -45,24 +45,30 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     else:
         if len(set(map(id, flat))) == len(flat):
             return flat
+    # Iterative depth-first search over nodes (hashed by identity): a node is emitted once all its
+    # pending inputs are; each stack entry is (node, index of the next input to visit).
     order: list[ArrayData] = []
-    seen: set[int] = set()
+    seen: set = set()
+    add, emit = seen.add, order.append
     for root in roots:
-        if type(root) is LazyData or root.buffer is not None or id(root) in seen:
+        if type(root) is LazyData or root.buffer is not None or root in seen:
             continue
-        stack = [(root, False)]
+        add(root)
+        stack = [(root, root.inputs, 0)]
         while stack:
-            d, expanded = stack.pop()
-            if expanded:
-                order.append(d)
-                continue
-            if id(d) in seen or d.buffer is not None:
-                continue
-            seen.add(id(d))
-            stack.append((d, True))
-            for i in d.inputs:
-                if i.buffer is None and id(i) not in seen:
-                    stack.append((i, False))
+            d, ins, k = stack[-1]
+            n = len(ins)
+            while k < n:
+                i = ins[k]
+                k += 1
+                if i not in seen and type(i) is not LazyData and i.buffer is None:
+                    add(i)
+                    stack[-1] = (d, ins, k)
+                    stack.append((i, i.inputs, 0))
+                    break
+            else:
+                stack.pop()
+                emit(d)
     return order
 
 

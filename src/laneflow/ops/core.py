@@ -15,6 +15,22 @@ from .primitives import AsType, Constant, Copy
 Shape = tuple
 
 
+def shared(cls: type, *args: Any) -> Primitive:
+    """``cls(*args)``, one object per distinct arguments (primitives are immutable): a model's forward
+    makes the same reshapes and reductions every call, so this saves an object per op and lets the
+    plan cache read a key computed once (``Primitive.cache_info``). ``args`` must be hashable."""
+    key = (cls, args)
+    p = _SHARED.get(key)
+    if p is None:
+        p = cls(*args)
+        if len(_SHARED) < 8192:
+            _SHARED[key] = p
+    return p
+
+
+_SHARED: dict = {}
+
+
 def node(prim: Primitive, inputs: Sequence[ArrayData], shape: Shape, dtype: np.dtype, stream) -> Array:
     return Array._wrap(ArrayData(tuple(shape), dtype, stream, prim, tuple(inputs)))
 
@@ -75,7 +91,7 @@ def cast(d: ArrayData, dtype: np.dtype, st) -> ArrayData:
     """d converted to dtype (d itself when it already has it)."""
     if d.dtype == dtype:
         return d
-    return ArrayData(d.shape, dtype, st, AsType(dtype), (d,))
+    return ArrayData(d.shape, dtype, st, shared(AsType, dtype), (d,))
 
 
 def constant(value: Any, st, dtype: np.dtype | None = None, op: str = "array") -> ArrayData:

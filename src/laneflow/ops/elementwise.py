@@ -9,7 +9,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
-from .core import broadcast_shapes, cast, describe, node, operand, stream_of, to_stream
+from .core import broadcast_shapes, cast, describe, node, operand, shared, stream_of, to_stream
 from . import table
 from .primitives import Elementwise, Scalar
 
@@ -84,7 +84,10 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
                 _check_scalar_fits(name, o.value, dtype)
     if check is not None:
         check(dtype)
-    return node(Elementwise(name, fn or name, tuple(operands)), datas, shape, dtype, st)
+    ops = tuple(operands)
+    prim = (shared(Elementwise, name, fn or name, ops) if all(o.__class__ is int for o in ops)
+            else Elementwise(name, fn or name, ops))
+    return node(prim, datas, shape, dtype, st)
 
 
 def _broadcast_pair(a: tuple, b: tuple) -> tuple | None:

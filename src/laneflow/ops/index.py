@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData
-from .core import cast, constant, describe, node, normalize_axis, operand, stream_of
+from .core import cast, constant, shared, describe, node, normalize_axis, operand, stream_of
 from .primitives import GetItem, Reshape, SetItem, Take
 
 
@@ -158,7 +158,7 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
         raise ValueError(f"setitem: cannot broadcast a value of shape {v.shape} into the indexed shape {target} "
                          f"of an array {describe(d)}")
     if vshape != v.shape:  # leading size-1 dims dropped: the same elements
-        v = ArrayData(vshape, v.dtype, st, Reshape(vshape), (v,))
+        v = ArrayData(vshape, v.dtype, st, shared(Reshape, vshape), (v,))
     return node(SetItem(entries), (d, v, *arrays), d.shape, d.dtype, st)
 
 
@@ -194,4 +194,4 @@ def take(a: Any, indices: Any, axis: int | None = None, *, stream: Any = None) -
     if n == 0 and i.size:
         raise IndexError(f"take: cannot take from {'an empty array' if ax is None else f'empty axis {ax}'} "
                          f"of {describe(d)}")
-    return node(Take(ax), (d, i), shape, d.dtype, st)
+    return node(shared(Take, ax), (d, i), shape, d.dtype, st)

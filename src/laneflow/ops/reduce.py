@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import describe, node, normalize_axes, normalize_axis, operand, stream_of
+from .core import describe, node, normalize_axes, normalize_axis, operand, shared, stream_of
 from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
 from .table import REDUCTIONS
 
@@ -44,7 +44,7 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
         raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
         raise ValueError(f"{name}: ddof must be a non-negative int, got {ddof!r}")
-    return node(Reduce(name, axes, bool(keepdims), int(ddof)), (d,), _out_shape(d.shape, axes, keepdims),
+    return node(shared(Reduce, name, axes, bool(keepdims), int(ddof)), (d,), _out_shape(d.shape, axes, keepdims),
                 _result_dtype(name, d.dtype), st)
 
 
@@ -111,7 +111,7 @@ def _arg(name: str, x: Any, axis: Any, keepdims: bool, stream: Any) -> Array:
         if d.shape[ax] == 0:
             raise ValueError(f"{name}: axis {ax} of {describe(d)} is empty")
         shape = _out_shape(d.shape, (ax,), keepdims)
-    return node(ArgReduce(name, ax, bool(keepdims)), (d,), shape, dt.int64, st)
+    return node(shared(ArgReduce, name, ax, bool(keepdims)), (d,), shape, dt.int64, st)
 
 
 def argmax(x: Any, axis: int | None = None, keepdims: bool = False, *, stream: Any = None) -> Array:
@@ -133,7 +133,7 @@ def softmax(x: Any, axis: Any = -1, *, stream: Any = None) -> Array:
     st = stream_of(stream, "softmax")
     d = operand(x, st, "softmax")
     axes = normalize_axes(axis, len(d.shape), "softmax")
-    return node(Softmax(axes), (d,), d.shape, _float_result("softmax", d), st)
+    return node(shared(Softmax, axes), (d,), d.shape, _float_result("softmax", d), st)
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:
@@ -141,5 +141,5 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any =
     st = stream_of(stream, "logsumexp")
     d = operand(x, st, "logsumexp")
     axes = normalize_axes(axis, len(d.shape), "logsumexp")
-    return node(LogSumExp(axes, bool(keepdims)), (d,), _out_shape(d.shape, axes, keepdims),
+    return node(shared(LogSumExp, axes, bool(keepdims)), (d,), _out_shape(d.shape, axes, keepdims),
                 _float_result("logsumexp", d), st)

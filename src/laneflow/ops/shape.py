@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import as_int, check_shape, describe, node, normalize_axis, operand, stream_of
+from .core import as_int, check_shape, describe, node, normalize_axis, operand, shared, stream_of
 from .primitives import AsType, BroadcastTo, Concatenate, GetItem, Reshape, Transpose
 
 
@@ -32,7 +32,7 @@ def astype(x: Any, dtype: Any, *, stream: Any = None) -> Array:
         raise TypeError(f"astype: {e}") from None
     if to == d.dtype:
         return _same(d, st)
-    return node(AsType(to), (d,), d.shape, to, st)
+    return node(shared(AsType, to), (d,), d.shape, to, st)
 
 
 def reshape(x: Any, shape: Any, *, stream: Any = None) -> Array:
@@ -56,7 +56,7 @@ def reshape(x: Any, shape: Any, *, stream: Any = None) -> Array:
         raise ValueError(f"reshape: cannot reshape an array {describe(d)} of size {n} into shape {shape}")
     if shape == d.shape:
         return _same(d, st)
-    return node(Reshape(shape), (d,), shape, d.dtype, st)
+    return node(shared(Reshape, shape), (d,), shape, d.dtype, st)
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) -> Array:
@@ -72,7 +72,7 @@ def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) 
             raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
     if perm == tuple(range(nd)):
         return _same(d, st)
-    return node(Transpose(perm), (d,), tuple(d.shape[p] for p in perm), d.dtype, st)
+    return node(shared(Transpose, perm), (d,), tuple(d.shape[p] for p in perm), d.dtype, st)
 
 
 def swapaxes(x: Any, axis1: int, axis2: int, *, stream: Any = None) -> Array:
@@ -143,7 +143,7 @@ def broadcast_to(x: Any, shape: Any, *, stream: Any = None) -> Array:
         raise ValueError(f"broadcast_to: cannot broadcast an array {describe(d)} to shape {shape}")
     if shape == d.shape:
         return _same(d, st)
-    return node(BroadcastTo(shape), (d,), shape, d.dtype, st)
+    return node(shared(BroadcastTo, shape), (d,), shape, d.dtype, st)
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, *, stream: Any = None) -> Array:
@@ -168,7 +168,7 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, *, stream: Any = No
         raise TypeError(f"concatenate: no common dtype for {describe(*ds)} ({e})") from None
     shape = list(ds[0].shape)
     shape[ax] = sum(d.shape[ax] for d in ds)
-    return node(Concatenate(ax), ds, tuple(shape), dtype, st)
+    return node(shared(Concatenate, ax), ds, tuple(shape), dtype, st)
 
 
 def stack(arrays: Sequence[Any], axis: int = 0, *, stream: Any = None) -> Array:
