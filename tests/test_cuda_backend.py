@@ -329,3 +329,21 @@ def test_creation_ops_match_numpy():
         g = np.asarray(got)
         assert g.dtype == want.dtype
         np.testing.assert_array_equal(g.astype(np.float64), want.astype(np.float64))
+
+
+def test_a_cpu_lane_waiting_late_on_a_gpu_point_never_deadlocks_with_gpu_work_waiting_on_it(rng):
+    """GPU lanes record events lazily; a CPU worker reaches its wait only when it gets there, by which
+    time the GPU stream holds work that waits on that worker. The wait is pinned when encoded, so it
+    never waits for that later work."""
+    g = lf.new_stream(lf.gpu, lanes=1)
+    c = lf.new_stream(lf.cpu, lanes=1)
+    xn = rng.standard_normal(64).astype(np.float32)
+    with lf.testing.inject_delays(0.002, seed=3):  # the CPU worker runs behind the host
+        for _ in range(3):
+            x = lf.array(xn, stream=g) * 2.0          # a few GPU commands, no event of its own yet
+            y = lf.add(lf.array(x, device=lf.cpu), 1.0, stream=c)  # the CPU lane waits on x
+            z = lf.add(lf.array(y, device=lf.gpu), 1.0, stream=g)  # the GPU lane waits on the CPU lane
+            w = z * 3.0
+            lf.eval(w, timeout=30)
+            np.testing.assert_allclose(np.asarray(w), ((xn * 2.0) + 2.0) * 3.0, rtol=1e-6)
+    g.close(), c.close()

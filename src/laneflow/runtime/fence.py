@@ -23,6 +23,11 @@ class Fence(Protocol):
         """Block the calling host thread until the fence reaches ``value``; False on timeout."""
         ...
 
+    def pin(self, value: int) -> None:
+        """Called when a wait for ``value`` is encoded for a lane that will wait later (a CPU worker):
+        after this, waiting for ``value`` waits for nothing enqueued later (a fence that marks points
+        lazily marks one now; waiting at the queue's tail instead could wait for work that itself waits
+        on the waiting lane: a deadlock)."""
 
 class ThreadFence:
     """A fence for host threads: ``signal`` from one thread wakes ``wait`` in others. Never spins."""
@@ -48,6 +53,9 @@ class ThreadFence:
             return True
         with self._cond:
             return self._cond.wait_for(lambda: self._value >= value, timeout)
+
+    def pin(self, value: int) -> None:
+        """Nothing to do: a thread fence is signalled per command (see :meth:`Fence.pin`)."""
 
     def __repr__(self) -> str:
         return f"ThreadFence(value={self._value})"

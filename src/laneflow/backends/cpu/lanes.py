@@ -30,6 +30,7 @@ class ThreadLane(Lane):
         self._queue.put(cmd)
 
     def _enqueue_wait(self, point: Point) -> None:
+        point.lane.fence.pin(point.seq)  # the worker waits later: the point must not grow by then
         self._queue.put(point)
 
     def close(self) -> None:

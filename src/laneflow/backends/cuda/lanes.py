@@ -112,6 +112,12 @@ class EventFence:
             self.value  # retire finished marks so events recycle and the deque stays short
         return seq, ev
 
+    def pin(self, seq: int) -> None:
+        """A CPU worker will wait for ``seq`` later: record its event now, while nothing later that
+        could wait on that worker is in the stream (``Fence.pin``)."""
+        if self._done < seq:
+            self.event_for(seq)
+
     def known(self, seq: int) -> bool:
         """True if seq is already known finished (no driver call)."""
         return self._done >= seq
