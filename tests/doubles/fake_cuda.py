@@ -50,6 +50,23 @@ def _handle(*_a, **_k):
     return (OK, next(_ids))
 
 
+_dead_streams: set = set()  # destroyed streams: a later call on one is what segfaults a real driver
+
+
+def _stream_destroy(s):
+    _dead_streams.add(int(s))
+    return (OK,)
+
+
+def _on_live_stream(name, result=(OK,)):
+    def call(*args):
+        for a in args:
+            if isinstance(a, int) and a in _dead_streams:
+                raise AssertionError(f"fake driver: {name} on a destroyed stream {a:#x} (a real driver may crash)")
+        return result
+    return call
+
+
 def _host_alloc(nbytes, *_a):
     buf = ctypes.create_string_buffer(max(int(nbytes), 8))
     _host_words.append(buf)
@@ -61,8 +78,8 @@ FAKES = {
     "cuDevicePrimaryCtxRetain": _handle, "cuCtxSetCurrent": _ok, "cuCtxSynchronize": _ok,
     "cuDeviceGetAttribute": lambda attr, dev: (OK, _ATTRS.get(attr, 1024)),
     "cuDeviceGetName": lambda n, dev: (OK, b"fake GPU"), "cuGetErrorName": lambda e: (OK, b"CUDA_ERROR_FAKE"),
-    "cuStreamCreate": _handle, "cuStreamDestroy": _ok, "cuStreamSynchronize": _ok, "cuStreamWaitEvent": _ok,
-    "cuStreamWaitValue64": _ok, "cuEventCreate": _handle, "cuEventRecord": _ok, "cuEventQuery": _ok,
+    "cuStreamCreate": _handle, "cuStreamDestroy": _stream_destroy, "cuStreamSynchronize": _ok, "cuStreamWaitEvent": _ok,
+    "cuStreamWaitValue64": _ok, "cuEventCreate": _handle, "cuEventRecord": _on_live_stream("cuEventRecord"), "cuEventQuery": _ok,
     "cuEventSynchronize": _ok, "cuEventDestroy": _ok, "cuEventElapsedTime": lambda a, b: (OK, 0.001),
     "cuMemPoolCreate": _handle, "cuMemPoolSetAttribute": _ok, "cuMemPoolGetAttribute": lambda *a: (OK, 0),
     "cuDeviceGetDefaultMemPool": _handle, "cuMemAllocFromPoolAsync": lambda n, pool, s: (OK, next(_ptrs)),
@@ -72,7 +89,7 @@ FAKES = {
     "cuMemcpyAsync": _ok,
     "cuMemcpyDtoH": _ok, "cuMemsetD8Async": _ok, "cuMemsetD16Async": _ok, "cuMemsetD32Async": _ok,
     "cuModuleLoadData": _handle, "cuModuleGetFunction": _handle, "cuFuncSetAttribute": _ok,
-    "cuLaunchKernel": _ok, "cuStreamBeginCapture": _ok, "cuStreamEndCapture": _handle,
+    "cuLaunchKernel": _on_live_stream("cuLaunchKernel"), "cuStreamBeginCapture": _ok, "cuStreamEndCapture": _handle,
     "cuGraphInstantiate": _handle, "cuGraphUpload": _ok, "cuGraphLaunch": _ok, "cuGraphDestroy": _ok,
     "cuGraphExecDestroy": _ok, "cuGraphExecUpdate": lambda e, g: (OK, None),
     "cuGraphGetNodes": lambda g, n=0: (OK, None, 1),

@@ -96,8 +96,13 @@ class EventFence:
             seq = self._last
             if hold:
                 self._syncing += 1
-            if self._marks and self._marks[-1][0] >= seq:
-                return self._marks[-1]
+            if self._marks and (self._marks[-1][0] >= seq or self._stream is None):
+                return self._marks[-1]  # (a destroyed lane's last mark covers all it ever ran)
+            if self._stream is None:  # destroyed with everything known finished: nothing to wait for
+                if hold:
+                    self._syncing -= 1
+                self._done = max(self._done, seq)
+                return seq, None
             ev = self.pool.get()
             err = self._record(ev, self._stream)
             if err:
@@ -111,6 +116,13 @@ class EventFence:
         if n > 64:
             self.value  # retire finished marks so events recycle and the deque stays short
         return seq, ev
+
+    def retire(self) -> None:
+        """The lane's stream is about to be destroyed: record a last event covering everything it ran
+        (later waits and frees use it), and record no more."""
+        if self._last > self._marked:
+            self._record_now()
+        self._stream = None
 
     def pin(self, seq: int) -> None:
         """A CPU worker will wait for ``seq`` later: record its event now, while nothing later that
@@ -167,6 +179,8 @@ class EventFence:
             if value > self._last:  # not enqueued: nothing to wait for on the device
                 return self._done >= value
             target = self._record_now(hold=True)
+            if target[1] is None:  # a destroyed lane with nothing left to wait for
+                return True
         try:
             s, ev = target
             self.ctx.ensure_current()
@@ -284,6 +298,7 @@ class CudaLane(Lane):
             handles = getattr(self.ctx, "handles", None)  # the device's pools, once any was used
             if handles is not None:  # this lane's library workspaces (and handles of its own) go with it
                 handles.forget_lane(self, lambda ws: self.ctx.memory.raw_free(ws[0], self.stream))
+            self.fence.retire()
             check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")  # returns at once; work still runs
 
 
