@@ -76,35 +76,29 @@ def fused(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
     """``eager`` with elementwise fusion turned on for its runs (graph/fusion.py), for a run with
     ``LANEFLOW_FUSE=0``, so one run compares both."""
     impl = eager(case, device, program, inputs, lanes, to_host=to_host, label="laneflow eager, fused")
-    run = impl.run
+    impl.run = _with_fusion(impl.run, True)
+    return impl
 
-    def fused_run():
+
+def _with_fusion(run: Callable, enabled: bool) -> Callable:
+    """``run`` with elementwise fusion set to ``enabled`` while it runs (restored after)."""
+
+    def wrapped():
         was = fusion._enabled
-        fusion.set_enabled(True)
+        fusion.set_enabled(enabled)
         try:
             return run()
         finally:
             fusion.set_enabled(was)
 
-    impl.run = fused_run
-    return impl
+    return wrapped
 
 
 def unfused(impl: Impl | Result) -> Impl | Result:
     """``impl`` (a laneflow row) with elementwise fusion off while it runs, named so."""
     if isinstance(impl, Result):
         return impl
-    run = impl.run
-
-    def unfused_run():
-        was = fusion._enabled
-        fusion.set_enabled(False)
-        try:
-            return run()
-        finally:
-            fusion.set_enabled(was)
-
-    impl.run = unfused_run
+    impl.run = _with_fusion(impl.run, False)
     impl.name += ", fusion off"
     return impl
 
