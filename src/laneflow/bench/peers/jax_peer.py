@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ...models import gpt2 as model
 from ..harness import Impl
 from . import PeerUnavailable, require
 
@@ -108,7 +109,6 @@ def kernels(case, device, lanes):
 def gpt2(case, device, lanes):
     """``jax.jit`` of the model's numpy-style forward (as ``anchors/probe_gpt2.py``), weights as arguments."""
     jax, dev = _device(device)
-    from ...models import gpt2 as model
 
     cfg = case.params["config"]
     params = {k: jax.device_put(v, dev) for k, v in case.params["weights"].items()}  # bfloat16 stays bfloat16

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ...models import gpt2 as model
 from ..harness import Impl, chain_program
 from . import PeerUnavailable, require
 
@@ -131,7 +132,6 @@ def fences(case, device, lanes):
 def gpt2(case, device, lanes):
     """The model's numpy-style forward on MLX arrays: eager, and ``mx.compile`` (as ``anchors/probe_gpt2.py``)."""
     mx, dev, args = _setup(case, device)
-    from ...models import gpt2 as model
 
     cfg = case.params["config"]
     params = {k: _array(mx, v) for k, v in case.params["weights"].items()}

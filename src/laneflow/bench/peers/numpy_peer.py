@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from ...models import gpt2 as model
 from ..harness import Impl, chain_program
+from ..suites.dispatch import mixed_program
 from . import PeerUnavailable
 
 
@@ -29,8 +31,6 @@ def dispatch(case, device, lanes):
 
 
 def dispatch_mixed(case, device, lanes):
-    from ..suites.dispatch import mixed_program
-
     check(device)
     prog = mixed_program(case.params["n"], lambda v: v.sum(axis=0, keepdims=True))
     return [_impl("eager", lambda: prog(case.inputs["x"], case.inputs["w"]))]
@@ -69,8 +69,6 @@ def kernels(case, device, lanes):
 def gpt2(case, device, lanes):
     """The model's numpy-style forward run on numpy arrays (laneflow.models.gpt2.NUMPY_OPS)."""
     check(device)
-    from ...models import gpt2 as model
-
     cfg, weights, ids = case.params["config"], case.params["weights"], case.inputs["ids"]
     return [_impl("eager", lambda: model.forward(weights, ids, cfg, model.NUMPY_OPS),
                   note="the same forward on numpy arrays")]

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..harness import Impl, chain_program
 from ..memory import device_used_bytes
+from ..suites.dispatch import mixed_program
 from . import PeerUnavailable, require
 
 
@@ -109,8 +110,6 @@ def dispatch(case, device, lanes):
 
 
 def dispatch_mixed(case, device, lanes):
-    from ..suites.dispatch import mixed_program
-
     torch, dev, gpu, impl = _setup(device)
     x, w = _tensor(torch, case.inputs["x"], dev), _tensor(torch, case.inputs["w"], dev)
     prog = mixed_program(case.params["n"], lambda v: v.sum(dim=0, keepdim=True))

@@ -37,6 +37,8 @@ import laneflow as lf
 from ...models import gpt2 as model
 from .. import laneflow_impls as lfi
 from ..harness import Case, Result, compare, skipped, suite
+from ..peers import PeerUnavailable
+from ..peers.torch_peer import hf_gpt2_logits
 from .common import SEED, dtype
 
 #: The CPU size: a small GPT-2-like model the project's CPU target compares with the same code in numpy.
@@ -135,8 +137,6 @@ def _first_call(case: Case, device, floors, program, inputs) -> Result:
 
 def _transformers_check(case: Case, device, cfg: model.GPT2Config, weights: dict, ids: np.ndarray) -> Result:
     """laneflow's float32 logits against transformers' float32 logits (on the CPU), same weights."""
-    from ..peers import PeerUnavailable
-    from ..peers.torch_peer import hf_gpt2_logits
 
     w32 = {k: v.astype(np.float32) for k, v in weights.items()}
     try:
