@@ -18,7 +18,7 @@ from .device import Device, cpu, gpu
 from .dtypes import (  # noqa: F401
     bfloat16, bool_, dtype, float16, float32, float64, int8, int32, int64, result_type, uint8, uint32,
 )
-from .errors import CompileError, ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError
+from .errors import CompileError, ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError, PrecisionWarning
 from .evaluation import async_eval, eval, plan_cache_info, reset_stats, set_plan_cache, stats  # noqa: A004
 from .jit import compile  # noqa: A004 - MLX's name
 from .interop.dlpack import from_dlpack
@@ -35,6 +35,6 @@ __all__ = [
     "Array", "Device", "Stream", "cpu", "gpu", "default_device", "set_default_device", "new_stream",
     "default_stream", "stream", "synchronize", "gpu_available", "eval", "async_eval", "stats", "reset_stats",
     "set_plan_cache", "plan_cache_info",
-    "compile", "CompileError", "from_dlpack", "LaneflowError", "DeviceUnavailableError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "cuda", "linalg", "random", "testing",
+    "compile", "CompileError", "from_dlpack", "LaneflowError", "DeviceUnavailableError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "PrecisionWarning", "cuda", "linalg", "random", "testing",
     "trace",
 ]

@@ -40,3 +40,8 @@ class LinAlgError(LaneflowError, ValueError):
 class CompileError(LaneflowError):
     """A function given to ``lf.compile`` does something a traced function cannot do; the message
     names the op and the fix."""
+
+
+class PrecisionWarning(UserWarning):
+    """A value made a computation wider than its arrays: a numpy float64 scalar turned a float16 or
+    bfloat16 graph on the GPU into float64 (numpy 2's rule: numpy scalars are not weak). Shown once."""

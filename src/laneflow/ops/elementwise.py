@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -9,6 +11,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
+from ..errors import PrecisionWarning
 from .core import broadcast_shapes, cast, describe, node, operand, shared, stream_of, to_stream
 from . import table
 from .primitives import Elementwise, Scalar
@@ -31,6 +34,39 @@ def _infer(name: str, ufunc: np.ufunc, operands: list, datas: list) -> np.dtype:
         raise TypeError(f"{name}: not defined for dtypes ({kinds}); cast with .astype() first ({e})") from None
 
 
+_HALF = frozenset((dt.float16, dt.bfloat16))
+_warned_upcast = False
+
+
+def _is_numpy_float64_scalar(x: Any) -> bool:
+    return x.__class__ is np.float64 or (x.__class__ is np.ndarray and x.ndim == 0 and x.dtype == np.float64)
+
+
+def _warn_float64_upcast(name: str, args: tuple, datas: list) -> None:
+    """Once per process: a numpy float64 scalar made a half-precision GPU computation float64. numpy 2
+    promotes so (a numpy scalar is not weak, NEP 50), and laneflow keeps numpy's result; but on a GPU
+    it is almost always the ``x * (1 / np.sqrt(d))`` trap, at a fraction of the half-precision speed."""
+    global _warned_upcast
+    half = next((d.dtype for d in datas if d.dtype in _HALF), None)
+    if half is None or _warned_upcast:
+        return
+    _warned_upcast = True
+    value = next(a for a in args if _is_numpy_float64_scalar(a))
+    warnings.warn(
+        f"{name}: the numpy float64 scalar {float(value)!r} makes this {half} computation float64 on the GPU "
+        "(numpy 2 promotion: numpy scalars are not weak, Python floats are); pass float(value) to keep "
+        f"{half}, or .astype() the result. Shown once per process.", PrecisionWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` called here that names the first frame outside laneflow."""
+    root = __file__.rsplit("ops", 1)[0]
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _check_scalar_fits(name: str, value: Any, dtype: np.dtype) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -45,6 +81,7 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     st = stream_of(stream, name)
     datas, operands, sig = [], [], []
     device = st.device
+    np64 = False
     for a in args:
         if isinstance(a, Array):
             d = a._data
@@ -55,6 +92,8 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
             sig.append(type(a))
             continue
         else:
+            if _is_numpy_float64_scalar(a) and device.type == "gpu" and not _warned_upcast:
+                np64 = True
             d = operand(a, st, name)
         operands.append(len(datas))
         datas.append(d)
@@ -76,6 +115,8 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
         dtype = result if result is not None else _infer(name, ufunc, sig, datas)
         hit = _SIGNATURES[key] = (dtype, common)
     dtype, common = hit
+    if np64 and dtype == dt.float64:
+        _warn_float64_upcast(name, args, datas)
     if common is not None:  # e.g. int8 with uint8: computed in int32, which laneflow has (numpy: int16)
         datas = [cast(d, common, st) for d in datas]
     if dtype.kind in "iu":
