@@ -56,6 +56,14 @@ class Fused(Primitive):
         shown = names if len(names) <= 6 else names[:3] + ["..."] + names[-2:]
         super().__init__(f"fused {', '.join(shown)}" + (f" ({len(names)} ops)" if len(names) > 6 else ""))
         self.steps = steps
+        # per step, the last step that reads it (itself when none does): a backend running the
+        # steps one by one frees each temporary there (the CPU kernel); a function of ``steps``
+        last_use = list(range(len(steps)))
+        for j, (_, operands, _) in enumerate(steps):
+            for o in operands:
+                if o.__class__ is int and o < 0:
+                    last_use[-o - 1] = j
+        self.last_use = tuple(last_use)
 
     def scalars(self) -> tuple:
         return tuple(o for _, operands, _ in self.steps for o in operands if o.__class__ is Scalar)

@@ -43,6 +43,13 @@ class CPUPlan:
         returned = {ref[1] for ref, *_ in plan.outputs if ref[0] == "slot"}
         self.returned = sorted(returned)
         self.spec_of = {slot: spec for step in plan.steps for slot, spec in zip(step.slots, step.specs)}
+        # per step: (kernel, primitive, inputs as (0, slot) | (1, argument) | (2, a captured value's
+        # data), output slots), resolved once so that a call's loop does only lookups
+        code = {"slot": 0, "arg": 1}
+        self.program = [
+            (kern, prim, tuple((code[k], v) if k in code else (2, v.buffer.data) for k, v in step.srcs),
+             tuple(step.slots))
+            for step, prim, kern in zip(plan.steps, self.prims, self.kernels)]
         self.launches = 0
 
     def stats(self) -> dict:
@@ -57,24 +64,15 @@ class CPUPlan:
             spec = self.spec_of[slot]
             outs[slot] = self.backend.allocate(spec.device, spec.shape, spec.dtype, "compiled plan")
         views = self.views
-        steps, prims, kernels = self.steps, self.prims, self.kernels
+        program = self.program
 
         def run_all(lane, bufs=bufs, outs=outs) -> None:
             data: dict[int, Any] = {}
-            for step, prim, kern in zip(steps, prims, kernels):
-                ins = []
-                for kind, v in step.srcs:
-                    if kind == "slot":
-                        ins.append(data[v])
-                    elif kind == "arg":
-                        ins.append(bufs[v].data)
-                    else:
-                        ins.append(v.buffer.data)
+            for kern, prim, srcs, slots in program:
+                ins = [data[v] if k == 0 else bufs[v].data if k == 1 else v for k, v in srcs]
                 res = []
-                for slot in step.slots:
-                    x = views.get(slot)
-                    if x is None:
-                        x = outs[slot].data
+                for slot in slots:
+                    x = views[slot] if slot in views else outs[slot].data
                     data[slot] = x
                     res.append(x)
                 try:

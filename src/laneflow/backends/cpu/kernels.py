@@ -2,7 +2,10 @@
 
 Each kernel is ``kernel(lane, prim, inputs, outputs)`` with numpy arrays, and writes its result into
 the output arrays (which the scheduler allocated, or which alias a donated input). float16 and
-bfloat16 accumulate in float32 (reductions, matmul, softmax), as the CUDA kernels do.
+bfloat16 accumulate in float32 (reductions, matmul, softmax), as the CUDA kernels do. Kernels run
+on the lanes' worker threads, whose numpy error state is "ignore" (set once per thread in
+``cpu/lanes.py``): overflow and invalid values give inf and NaN without warnings, as on the GPU,
+and no kernel pays for an ``np.errstate`` block.
 """
 
 from __future__ import annotations
@@ -26,8 +29,7 @@ SPECIAL = {row.name: row.reference for row in ELEMENTWISE.values() if not row.nu
 
 def elementwise(lane, prim, ins, outs):
     args = [ins[o] if o.__class__ is int else o.value for o in prim.operands]
-    with np.errstate(all="ignore"):
-        _apply(prim.fn, args, outs[0])
+    _apply(prim.fn, args, outs[0])
 
 
 def _apply(fn, args, out):
@@ -45,34 +47,28 @@ def fused(lane, prim, ins, outs):
     so a chain holds about two temporaries at a time, as the unfused ops' in-place reuse does."""
     steps = prim.steps
     last = len(steps) - 1
-    last_use = list(range(len(steps)))
-    for j, (_, operands, _) in enumerate(steps):
-        for o in operands:
-            if o.__class__ is int and o < 0:
-                last_use[-o - 1] = j
+    last_use = prim.last_use
     vals: list = [None] * len(steps)
     free: dict = {}  # dtype -> temporaries no later step reads
     shape = outs[0].shape
-    with np.errstate(all="ignore"):
-        for j, (fn, operands, dtype) in enumerate(steps):
-            args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
-            for o in operands:  # temporaries read for the last time: free for this step's output
-                if o.__class__ is int and o < 0 and last_use[-o - 1] == j and vals[-o - 1] is not None:
-                    t = vals[-o - 1]
-                    vals[-o - 1] = None
-                    free.setdefault(t.dtype, []).append(t)
-            if j == last:
-                out = outs[0]
-            else:
-                pool = free.get(np.dtype(dtype))
-                out = pool.pop() if pool else np.empty(shape, dtype)
-            _apply(fn, args, out)
-            vals[j] = out
+    for j, (fn, operands, dtype) in enumerate(steps):
+        args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
+        for o in operands:  # temporaries read for the last time: free for this step's output
+            if o.__class__ is int and o < 0 and last_use[-o - 1] == j and vals[-o - 1] is not None:
+                t = vals[-o - 1]
+                vals[-o - 1] = None
+                free.setdefault(t.dtype, []).append(t)
+        if j == last:
+            out = outs[0]
+        else:
+            pool = free.get(np.dtype(dtype))
+            out = pool.pop() if pool else np.empty(shape, dtype)
+        _apply(fn, args, out)
+        vals[j] = out
 
 
 def astype(lane, prim, ins, outs):
-    with np.errstate(all="ignore"):
-        np.copyto(outs[0], ins[0], casting="unsafe")
+    np.copyto(outs[0], ins[0], casting="unsafe")
 
 
 
@@ -97,16 +93,15 @@ def _moments(name, x, axes, ddof, acc):
 def reduce(lane, prim, ins, outs):
     x, out = ins[0], outs[0]
     name, axes = prim.name, prim.axes
-    with np.errstate(all="ignore"):
-        if name == "mean" or REDUCTIONS[name].moments:
-            r = _moments(name, x, axes, prim.ddof, _accumulator(out.dtype))
-            if not prim.keepdims:
-                r = r.reshape(out.shape)
-        elif name in ("sum", "prod"):
-            r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims, dtype=_accumulator(out.dtype))
-        else:
-            r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims)
-        np.copyto(out, r, casting="unsafe")
+    if name == "mean" or REDUCTIONS[name].moments:
+        r = _moments(name, x, axes, prim.ddof, _accumulator(out.dtype))
+        if not prim.keepdims:
+            r = r.reshape(out.shape)
+    elif name in ("sum", "prod"):
+        r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims, dtype=_accumulator(out.dtype))
+    else:
+        r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims)
+    np.copyto(out, r, casting="unsafe")
 
 
 def argreduce(lane, prim, ins, outs):
@@ -116,20 +111,18 @@ def argreduce(lane, prim, ins, outs):
 
 def softmax(lane, prim, ins, outs):
     x = _compute(ins[0], outs[0].dtype)
-    with np.errstate(all="ignore"):
-        e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf))  # initial: empty axes
-        np.copyto(outs[0], e / np.sum(e, axis=prim.axes, keepdims=True), casting="unsafe")
+    e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf))  # initial: empty axes
+    np.copyto(outs[0], e / np.sum(e, axis=prim.axes, keepdims=True), casting="unsafe")
 
 
 def logsumexp(lane, prim, ins, outs):
     x = _compute(ins[0], outs[0].dtype)
-    with np.errstate(all="ignore"):
-        m = np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf)  # over an empty axis: log(0) = -inf
-        m = np.where(np.isfinite(m), m, 0)
-        r = np.log(np.sum(np.exp(x - m), axis=prim.axes, keepdims=True)) + m
-        if not prim.keepdims:
-            r = np.squeeze(r, axis=prim.axes)
-        np.copyto(outs[0], r, casting="unsafe")
+    m = np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf)  # over an empty axis: log(0) = -inf
+    m = np.where(np.isfinite(m), m, 0)
+    r = np.log(np.sum(np.exp(x - m), axis=prim.axes, keepdims=True)) + m
+    if not prim.keepdims:
+        r = np.squeeze(r, axis=prim.axes)
+    np.copyto(outs[0], r, casting="unsafe")
 
 
 def matmul(lane, prim, ins, outs):
@@ -216,8 +209,7 @@ def random(lane, prim, ins, outs):
     k0, k1 = (int(v) for v in ins[0])
     if prim.dist == "uniform":
         u = philox.uniform01(out.size, k0, k1, _SIGNIFICAND_BITS[out.dtype])
-        with np.errstate(all="ignore"):
-            r = (prim.a + (prim.b - prim.a) * u).astype(out.dtype)
+        r = (prim.a + (prim.b - prim.a) * u).astype(out.dtype)
         r = np.clip(r, *inside_range(out.dtype, prim.a, prim.b))  # rounding to dtype must not reach high
     else:
         wide = float64 if out.dtype == float64 else float32

@@ -10,6 +10,8 @@ import queue
 import threading
 import time
 
+import numpy as np
+
 from ...runtime import delays, tracing
 from ...errors import ExecutionError
 from ...runtime.fence import ThreadFence
@@ -37,6 +39,9 @@ class ThreadLane(Lane):
         self._queue.put(_STOP)
 
     def _work(self) -> None:
+        # This thread's numpy error state (numpy keeps it per thread): kernels give IEEE results
+        # (inf, NaN) without warnings, as the GPU does, and none pays for an np.errstate block.
+        np.seterr(all="ignore")
         q, fence = self._queue, self.fence
         wait_error = None  # a failed wait poisons the command it was for, not the whole lane
         while True:
