@@ -60,15 +60,26 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
             lf.async_eval(y)
         return y
 
+    extra: dict = {}
+    plain_run = run
     if not cached:
-        cached_run = run
-
         def run():  # noqa: F811 - the same run, with the plan cache bypassed
             with eval_cache.bypass():
-                return cached_run()
+                return plain_run()
+    else:
+        counts = extra["plan_cache"] = {"runs": 0, "hits": 0, "executor_runs": 0}
+
+        def run():  # noqa: F811 - the same run, counting what the plan cache did (shown in the note)
+            st = eval_cache.STATS
+            hits, execs = st["hits"], st["executor_runs"]
+            y = plain_run()
+            counts["runs"] += 1
+            counts["hits"] += st["hits"] - hits
+            counts["executor_runs"] += st["executor_runs"] - execs
+            return y
 
     return Impl(label, run, to_host, lanes=lanes, sync=lambda: stream.synchronize(), timer=timer,
-                note=note, close=stream.close)
+                note=note, close=stream.close, extra=extra)
 
 
 def fused(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,
@@ -109,6 +120,7 @@ def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.nda
         return skipped(case, "laneflow compiled", "lf.compile not available yet", lanes)
     f = lf.compile(program)
     impl = eager(case, device, f, inputs, lanes, to_host=to_host, label="laneflow compiled")
+    impl.extra.pop("plan_cache")  # a compiled call's outputs never meet the plan cache
 
     def to_host_with_stats(out, convert=impl.to_host):
         # after timing (the check converts the output): how the calls ran, for the JSON
@@ -133,6 +145,7 @@ def compiled_captured(case: Case, device: Any, make: Callable, inputs: Sequence[
     lf.eval(*caps)
     impl = eager(case, device, lf.compile(make(caps)), inputs, lanes, to_host=to_host,
                  label="laneflow compiled, weights captured", stream=stream)
+    impl.extra.pop("plan_cache")
     return impl
 
 
