@@ -80,29 +80,29 @@ def schedule(roots: Sequence[ArrayData]) -> None:
 
 
 def execute(order: list) -> None:
-    """Submit the pending nodes ``order`` (inputs first): the passes, then one command per item."""
-    with LOCK:
-        # A long graph is thousands of live objects, and making its commands allocates more: Python's
-        # cyclic collector would run full passes over the whole heap meanwhile (with a million other
-        # objects alive, as when PyTorch or JAX is imported: +1.75 us per op over a 10,000-op chain,
-        # tools/probe_dispatch.py --heap on the CPU VM). Nothing here makes cycles: it waits till the end.
-        # The switch is process-wide: a thread that turns the GC off meanwhile finds it on again after.
-        pause = len(order) > 64 and gc.isenabled()
-        try:
-            if pause:
-                gc.disable()
-            items = passes(order) if len(order) > 1 else None
-            for d in order if items is None else items:
-                t = type(d)
-                if t is Group:
-                    _schedule_group(d)
-                elif t is FusedNode:
-                    _schedule_fused(d)
-                elif d.buffer is None:  # a sibling may have produced it already
-                    schedule_one(d)
-        finally:
-            if pause:
-                gc.enable()
+    """Submit the pending nodes ``order`` (inputs first): the passes, then one command per item.
+    The caller holds ``LOCK`` (``schedule`` here, ``eval_cache.schedule``)."""
+    # A long graph is thousands of live objects, and making its commands allocates more: Python's
+    # cyclic collector would run full passes over the whole heap meanwhile (with a million other
+    # objects alive, as when PyTorch or JAX is imported: +1.75 us per op over a 10,000-op chain,
+    # tools/probe_dispatch.py --heap on the CPU VM). Nothing here makes cycles: it waits till the end.
+    # The switch is process-wide: a thread that turns the GC off meanwhile finds it on again after.
+    pause = len(order) > 64 and gc.isenabled()
+    try:
+        if pause:
+            gc.disable()
+        items = passes(order) if len(order) > 1 else None
+        for d in order if items is None else items:
+            t = type(d)
+            if t is Group:
+                _schedule_group(d)
+            elif t is FusedNode:
+                _schedule_fused(d)
+            elif d.buffer is None:  # a sibling may have produced it already
+                schedule_one(d)
+    finally:
+        if pause:
+            gc.enable()
 
 
 def passes(order: list) -> list | None:

@@ -10,6 +10,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData, Primitive, multi_output
 from ..defaults import resolve_stream
+from ..shapes import broadcast_shapes  # noqa: F401 - the ops' shared import point
 from .primitives import AsType, Constant, Copy
 
 Shape = tuple
@@ -43,41 +44,6 @@ def outputs(prim: Primitive, inputs: Sequence[ArrayData], specs: Sequence[tuple]
     if len(datas) > 1:
         multi_output(datas)
     return tuple(Array._wrap(d) for d in datas)
-
-
-def broadcast_shapes(shapes: list) -> tuple:
-    """numpy's broadcasting of shapes (ValueError when they do not broadcast), without numpy: the
-    all-equal case at once, other combinations remembered (a model repeats a few)."""
-    first = shapes[0]
-    for s in shapes:
-        if s != first:
-            key = tuple(shapes)
-            r = _BROADCAST.get(key)
-            if r is None:
-                r = _broadcast(key)
-                if len(_BROADCAST) < 4096:
-                    _BROADCAST[key] = r
-            return r
-    return first
-
-
-_BROADCAST: dict = {}
-
-
-def _broadcast(shapes: tuple) -> tuple:
-    nd = max(len(s) for s in shapes)
-    out = []
-    for k in range(-nd, 0):
-        size = 1
-        for s in shapes:
-            if len(s) >= -k:
-                d = s[k]
-                if d != 1:
-                    if size != 1 and d != size:
-                        raise ValueError(f"shapes {', '.join(map(str, shapes))} cannot be broadcast together")
-                    size = d
-        out.append(size)
-    return tuple(out)
 
 
 def to_stream(d: ArrayData, st, op: str) -> ArrayData:

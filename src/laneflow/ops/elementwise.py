@@ -42,7 +42,7 @@ def _is_numpy_float64_scalar(x: Any) -> bool:
     return x.__class__ is np.float64 or (x.__class__ is np.ndarray and x.ndim == 0 and x.dtype == np.float64)
 
 
-def _warn_float64_upcast(name: str, args: tuple, datas: list) -> None:
+def _warn_float64_upcast(name: str, value: Any, datas: list) -> None:
     """Once per process: a numpy float64 scalar made a half-precision GPU computation float64. numpy 2
     promotes so (a numpy scalar is not weak, NEP 50), and laneflow keeps numpy's result; but on a GPU
     it is almost always the ``x * (1 / np.sqrt(d))`` trap, at a fraction of the half-precision speed."""
@@ -51,7 +51,6 @@ def _warn_float64_upcast(name: str, args: tuple, datas: list) -> None:
     if half is None or _warned_upcast:
         return
     _warned_upcast = True
-    value = next(a for a in args if _is_numpy_float64_scalar(a))
     warnings.warn(
         f"{name}: the numpy float64 scalar {float(value)!r} makes this {half} computation float64 on the GPU "
         "(numpy 2 promotion: numpy scalars are not weak, Python floats are); pass float(value) to keep "
@@ -81,7 +80,7 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     st = stream_of(stream, name)
     datas, operands, sig = [], [], []
     device = st.device
-    np64 = False
+    np64 = None  # a numpy float64 scalar operand on a GPU, until the warning was shown
     for a in args:
         if isinstance(a, Array):
             d = a._data
@@ -93,7 +92,7 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
             continue
         else:
             if _is_numpy_float64_scalar(a) and device.type == "gpu" and not _warned_upcast:
-                np64 = True
+                np64 = a
             d = operand(a, st, name)
         operands.append(len(datas))
         datas.append(d)
@@ -115,8 +114,8 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
         dtype = result if result is not None else _infer(name, ufunc, sig, datas)
         hit = _SIGNATURES[key] = (dtype, common)
     dtype, common = hit
-    if np64 and dtype == dt.float64:
-        _warn_float64_upcast(name, args, datas)
+    if np64 is not None and dtype == dt.float64:
+        _warn_float64_upcast(name, np64, datas)
     if common is not None:  # e.g. int8 with uint8: computed in int32, which laneflow has (numpy: int16)
         datas = [cast(d, common, st) for d in datas]
     if dtype.kind in "iu":

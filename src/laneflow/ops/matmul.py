@@ -9,12 +9,11 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
-from .core import broadcast_shapes, cast, describe, node, operand, stream_of
+from .core import broadcast_shapes, cast, describe, node, operand, shared, stream_of
 from .primitives import Matmul
 
 
 _FAST = frozenset(dt.FLOAT_DTYPES)  # the matmul fast path: one float dtype for both operands
-_PRIMS: dict = {}  # (shape of a, shape of b, dtype) -> its Matmul
 
 
 def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
@@ -32,23 +31,13 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     xs, ys = x.shape, y.shape
     if (x.dtype is y.dtype and len(xs) == len(ys) and len(xs) >= 2 and xs[:-2] == ys[:-2]
             and xs[-1] == ys[-2] and x.dtype in _FAST):
-        # the common case (equal batches, one float dtype) without broadcasting or promotion rules
-        gkey = (xs, ys, x.dtype)
-        prim = _PRIMS.get(gkey)
-        if prim is None:  # primitives are immutable: one per signature (one object less per product)
-            prim = Matmul(gkey if xs[-1] and xs[-2] and ys[-1] and 0 not in xs[:-2] else None)  # not empty
-            if len(_PRIMS) < 1024:
-                _PRIMS[gkey] = prim
-        return node(prim, (x, y), xs[:-1] + ys[-1:], x.dtype, st)
+        # the common case (equal batches, one float dtype) without broadcasting or promotion rules;
+        # groupable with products like it unless it is empty
+        gkey = (xs, ys, x.dtype) if xs[-1] and xs[-2] and ys[-1] and 0 not in xs[:-2] else None
+        return node(shared(Matmul, gkey), (x, y), xs[:-1] + ys[-1:], x.dtype, st)
     if (x.dtype is y.dtype and len(ys) == 2 and len(xs) > 2 and xs[-1] == ys[0] and x.dtype in _FAST):
         # a batch of rows times one matrix (a projection of (batch, tokens, d)): no broadcasting rules
-        key = (xs, ys, x.dtype, "rows")
-        prim = _PRIMS.get(key)
-        if prim is None:
-            prim = Matmul(None)
-            if len(_PRIMS) < 1024:
-                _PRIMS[key] = prim
-        return node(prim, (x, y), xs[:-1] + ys[-1:], x.dtype, st)
+        return node(shared(Matmul, None), (x, y), xs[:-1] + ys[-1:], x.dtype, st)
     xm = xs if len(xs) > 1 else (1,) + xs
     ym = ys if len(ys) > 1 else ys + (1,)
     if xm[-1] != ym[-2]:
@@ -69,4 +58,4 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
     common = dt.operand_dtype([x.dtype, y.dtype])
     if common is not None:  # int8 with uint8: multiply and accumulate in int32 (numpy: int16)
         x, y = cast(x, common, st), cast(y, common, st)
-    return node(Matmul(), (x, y), shape, dtype, st)
+    return node(shared(Matmul, None), (x, y), shape, dtype, st)

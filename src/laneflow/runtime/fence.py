@@ -29,6 +29,7 @@ class Fence(Protocol):
         lazily marks one now; waiting at the queue's tail instead could wait for work that itself waits
         on the waiting lane: a deadlock)."""
 
+
 class ThreadFence:
     """A fence for host threads: ``signal`` from one thread wakes ``wait`` in others. Never spins."""
 

@@ -98,7 +98,7 @@ class DeviceContext:
         self.host_waits: Any = None
         self.matmul: Any = None
         self.lock = threading.RLock()
-        self.calls = fastcall.calls(cu)  # the per-command driver calls (ctypes on the real driver)
+        self.calls = fastcall.calls(cu)  # the per-command driver calls
 
     @property
     def arch(self) -> str:

@@ -22,8 +22,6 @@ class Calls:
     ``alloc(nbytes, pool, stream) -> (err, ptr)``, ``free(ptr, stream)``,
     ``copy_dtod(dst, src, nbytes, stream)``, ``copy_htod(dst, host_addr, nbytes, stream)``."""
 
-    fast = False
-
 
 def _through(cu) -> Calls:
     """The calls through a cuda-bindings-like module (the real one, or the tests' fake)."""

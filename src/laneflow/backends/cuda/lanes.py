@@ -34,21 +34,18 @@ _NOT_READY = int(NOT_READY)
 
 
 class EventPool:
-    """Reusable CUDA events of one device (creating one costs a driver call and memory). Events are
-    kept as the raw handles the per-command calls take (``fastcall``)."""
+    """Reusable CUDA events of one device (creating one costs a driver call and memory)."""
 
     def __init__(self, ctx: DeviceContext):
         self.ctx = ctx
         self._free: list = []
-        self._raw = ctx.calls.fast
 
     def get(self):
         try:
             return self._free.pop()
         except IndexError:
             self.ctx.ensure_current()
-            ev = check(cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
-            return int(ev) if self._raw else ev
+            return check(cu.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
 
     def put(self, ev) -> None:
         self._free.append(ev)

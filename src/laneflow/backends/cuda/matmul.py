@@ -21,6 +21,7 @@ from cuda.bindings import driver as cu
 
 from ... import dtypes as dt
 from ...errors import LaneflowError
+from ...shapes import broadcast_shapes
 from .driver import check
 from .handles import LT_WORKSPACE_BYTES, cublaslt_pool, device_handles
 from .kernels import cdefs as C
@@ -185,16 +186,6 @@ class _Rows:
         self.ptr, self.dtype, self.shape = a.ptr, a.dtype, (rows, k)
 
 
-_BATCH: dict = {}
-
-
-def _batch(a: tuple, b: tuple) -> tuple:
-    r = _BATCH.get((a, b))
-    if r is None:
-        r = _BATCH[(a, b)] = tuple(np.broadcast_shapes(a, b))
-    return r
-
-
 def matmul(lane, prim, ins, outs) -> None:
     a, b = ins
     out = outs[0]
@@ -207,7 +198,7 @@ def matmul(lane, prim, ins, outs) -> None:
         # a batch of rows times one matrix: one GEMM over all the rows (a and out are contiguous)
         M = out.size // N
         a = _Rows(a, M, K)
-    batch_shape = _batch(a.shape[:-2] if len(a.shape) >= 2 else (), b.shape[:-2] if len(b.shape) >= 2 else ())
+    batch_shape = broadcast_shapes([a.shape[:-2] if len(a.shape) >= 2 else (), b.shape[:-2] if len(b.shape) >= 2 else ()])
     batch = 1
     for s in batch_shape:
         batch *= s

@@ -140,7 +140,6 @@ class Memory:
     def __init__(self, ctx: DeviceContext):
         self.ctx = ctx
         self.pool = self._create_pool()
-        self._pool_h = int(self.pool) if ctx.calls.fast else self.pool
         self.pending: collections.deque = collections.deque()
         self.waiting: list = []  # frees that wait for a CPU lane
         self.retired: collections.deque = collections.deque()  # closed lanes (and graphs) to destroy
@@ -186,7 +185,7 @@ class Memory:
         if cap is not None:  # scratch of a kernel being captured: memory the graph owns
             return cap.alloc(nbytes)
         alloc = self.ctx.calls.alloc
-        pool = self._pool_h
+        pool = self.pool
         s = stream if stream.__class__ is int else int(stream)
         err, ptr = alloc(nbytes, pool, s)
         if err:

@@ -21,7 +21,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from ..driver import DeviceContext, check, fail
-from .. import fastcall, nvrtc
+from .. import nvrtc
 from .cdefs import PREAMBLE
 
 _FMT = {"p": ("Q", 8), "?": ("?", 1), "b": ("b", 1), "B": ("B", 1), "h": ("h", 2), "H": ("H", 2),
@@ -34,13 +34,11 @@ class Kernel:
     """A loaded kernel function with its parameter layout."""
 
     __slots__ = ("fn", "name", "params", "_pack", "_block", "_argv", "_argv_addr", "_dims", "attrs", "_prefix",
-                 "_fn", "_launch")
+                 "_launch")
 
-    def __init__(self, fn: Any, name: str, params: str, calls: Any = None):
+    def __init__(self, fn: Any, name: str, params: str, calls: Any):
         self.fn = fn
-        calls = calls if calls is not None else fastcall.calls(cu)
-        self._fn = int(fn) if calls.fast else fn  # the handle as the launch call takes it
-        self._launch = calls.launch
+        self._launch = calls.launch  # the device's per-command driver calls (fastcall.Calls)
         self.name = name
         self.params = params
         fmt, offsets = _layout(params)
@@ -65,7 +63,7 @@ class Kernel:
         pack(self._block, 0, *args)
         gx, gy, gz = grid
         bx, by, bz = block
-        err = self._launch(self._fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
+        err = self._launch(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
         if err:
             fail(err, f"launching {self.name}")
 
@@ -85,7 +83,7 @@ class Kernel:
             self._pack(self._block, 0, *args)
         gx, gy, gz = grid
         bx, by, bz = block
-        err = self._launch(self._fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
+        err = self._launch(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
         if err:
             fail(err, f"launching {self.name}")
 
