@@ -258,3 +258,34 @@ def test_execution_error_is_a_laneflow_error(device):
         p = lf.power(lf.array([2]), lf.array([-2]))
     with pytest.raises(lf.LaneflowError):
         lf.eval(p)
+
+
+def test_a_backend_that_cannot_start_keeps_no_callers_frame_alive(monkeypatch):
+    """The failure is remembered (every later use gets the same answer), but not its traceback: that
+    would hold the first caller's locals, a user's arrays, for the rest of the process."""
+    import gc
+    import weakref
+
+    from laneflow.runtime import backend as registry
+
+    def broken():
+        raise RuntimeError("no driver here")
+
+    monkeypatch.setitem(registry._factories, "gpu", broken)
+    monkeypatch.setattr(registry, "_backends", {})
+    monkeypatch.setattr(registry, "_failures", {})
+
+    class Held:
+        pass
+
+    def caller():
+        held = Held()
+        with pytest.raises(registry.DeviceUnavailableError, match="no driver here"):
+            registry.backend_for(lf.Device("gpu"), "probe")
+        return weakref.ref(held)
+
+    ref = caller()
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(registry.DeviceUnavailableError, match="probe2: no driver here"):
+        registry.backend_for(lf.Device("gpu"), "probe2")

@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=1)
     ap.add_argument("--fake", action="store_true")
     ap.add_argument("--top", type=int, default=35)
+    ap.add_argument("--uncached", action="store_true", help="bypass the plan cache (every forward a first sighting)")
     a = ap.parse_args()
     if a.fake:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "doubles"))
@@ -36,7 +37,11 @@ def main() -> int:
 
         fake_cuda.install()
     import laneflow as lf
+    from laneflow.graph import eval_cache
     from laneflow.models import gpt2
+
+    if a.uncached:
+        eval_cache.bypass().__enter__()
 
     cfg = gpt2.GPT2Config()
     dev = lf.Device(a.device)
@@ -57,8 +62,20 @@ def main() -> int:
     t = time.perf_counter()
     for _ in range(a.steps):
         step()
+    st.synchronize()
     wall = (time.perf_counter() - t) / a.steps
-    cmds = lf.stats()["commands"] / a.steps
+    build = run = 0.0
+    for _ in range(a.steps):  # the same forwards, split into graph building and lf.eval
+        t0 = time.perf_counter()
+        with lf.stream(st):
+            y = gpt2.forward(params, ids, cfg)
+        t1 = time.perf_counter()
+        lf.eval(y)
+        build, run = build + t1 - t0, run + time.perf_counter() - t1
+    st.synchronize()
+    print(f"split: building the graph {build / a.steps * 1e3:.2f} ms, lf.eval {run / a.steps * 1e3:.2f} ms per forward;"
+          f" plan cache {lf.plan_cache_info()}")
+    cmds = lf.stats()["commands"] / (2 * a.steps)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(a.steps):

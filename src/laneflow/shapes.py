@@ -37,3 +37,52 @@ def _broadcast(shapes: tuple) -> tuple:
                     size = d
         out.append(size)
     return tuple(out)
+
+
+def contiguous_strides(shape: tuple) -> tuple:
+    st = []
+    acc = 1
+    for s in reversed(shape):
+        st.append(acc)
+        acc *= s
+    return tuple(reversed(st))
+
+
+def is_contiguous(shape: tuple, strides: tuple) -> bool:
+    """Row-major contiguous, ignoring size-1 dims (their stride never moves the address)."""
+    acc = 1
+    for s, st in zip(reversed(shape), reversed(strides)):
+        if s == 0:
+            return True
+        if s != 1:
+            if st != acc:
+                return False
+            acc *= s
+    return True
+
+
+def basic_index_view(shape: tuple, strides: tuple, offset: int, entries: tuple) -> tuple:
+    """(shape, strides, offset) of a view indexed by ints, slices and None (Ellipsis expanded)."""
+    out_shape, out_strides = [], []
+    d = 0
+    for e in entries:
+        if e is None:
+            out_shape.append(1)
+            out_strides.append(0)
+        elif e.__class__ is slice:
+            start, stop, step = e.indices(shape[d])
+            n = len(range(start, stop, step))
+            out_shape.append(n)
+            out_strides.append(strides[d] * step)
+            if n:
+                offset += start * strides[d]
+            d += 1
+        else:
+            i = int(e)
+            if i < 0:
+                i += shape[d]
+            offset += i * strides[d]
+            d += 1
+    out_shape.extend(shape[d:])
+    out_strides.extend(strides[d:])
+    return tuple(out_shape), tuple(out_strides), offset

@@ -113,6 +113,9 @@ class _FakeLt:
     class MatrixLayoutAttribute:
         BATCH_COUNT, STRIDED_BATCH_OFFSET = 1, 2
 
+    class MatmulDescAttribute:
+        TRANSA, TRANSB = 3, 4
+
     matmul_heuristic_result_dtype = np.dtype([("algo", "u1", 64), ("workspace_size", "u8")])
 
     def __getattr__(self, name):

@@ -15,6 +15,7 @@ from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stre
 from .fusion import FusedNode, fuse
 from .grouping import Group, group_matmuls
 from .node import ArrayData, LazyData
+from .views import fold
 
 
 def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
@@ -106,12 +107,14 @@ def execute(order: list) -> None:
 
 
 def passes(order: list) -> list | None:
-    """The scheduling passes over pending nodes in dependency order: matmul grouping, then
-    elementwise fusion. Returns the new item list, or None when neither changed anything. Eager
+    """The scheduling passes over pending nodes in dependency order: matmul grouping, elementwise
+    fusion, then layout folding (``graph/views.py``). Returns the new item list, or None when neither changed anything. Eager
     evaluation and compiled plans both run this, so both run the same kernels."""
     items = group_matmuls(order)
     fused = fuse(order if items is None else items)
-    return fused if fused is not None else items
+    items = fused if fused is not None else items
+    folded = fold(order if items is None else items)
+    return folded if folded is not None else items
 
 
 def _check_open(members, op: str) -> None:
@@ -144,7 +147,7 @@ def _donor(d: ArrayData) -> ArrayData | None:
     src = d.inputs[0]
     buf = src.buffer
     if (src.users == 1 and src.arrays == 0 and not buf.exported and src.siblings is None
-            and src.shape == d.shape and src.dtype == d.dtype):
+            and src.shape == d.shape and src.dtype == d.dtype and d.prim.__dict__.get("in_views") is None):
         return src
     return None
 
@@ -198,7 +201,7 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
 def encode_call(prim, stream, in_bufs: list, in_data: list, out_bufs: list, out_data: list) -> None:
     """Encode one primitive's command: the encoder orders it by the buffers, the kernel gets the data
     handles (the buffers' own data, or views of them, e.g. a compiled plan's memory regions)."""
-    kern = stream.backend.kernel(prim.kind)
+    kern = stream.backend.kernel_of(prim)
 
     def fn(lane, kern=kern, prim=prim, in_data=in_data, out_data=out_data):
         kern(lane, prim, in_data, out_data)

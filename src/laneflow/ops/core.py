@@ -136,7 +136,11 @@ def check_shape(shape: Any, op: str) -> tuple:
         shape = (int(shape),)
     if not isinstance(shape, (tuple, list, np.ndarray)):
         raise TypeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}")
-    shape = tuple(as_int(s, f"each size in shape {tuple(shape)}", op) for s in shape)
+    shape = tuple(shape)
+    for s in shape:  # (the common case, Python ints, checked without making a message per size)
+        if s.__class__ is not int:
+            shape = tuple(as_int(s, f"each size in shape {shape}", op) for s in shape)
+            break
     if any(s < 0 for s in shape):
         raise ValueError(f"{op}: negative dimension in shape {shape}")
     return shape

@@ -103,6 +103,21 @@ def _check_host_indices(op: str, entries: list, hosts: dict, masks: dict, d) -> 
 
 
 def _indexed_shape(op: str, d, entries: tuple, arrays: list) -> tuple:
+    if not arrays:  # ints, slices and None: pure Python (no numpy probe per op)
+        out = []
+        dim = 0
+        shape = d.shape
+        for e in entries:
+            if e is None:
+                out.append(1)
+                continue
+            n = shape[dim]
+            if e.__class__ is slice:
+                out.append(len(range(*e.indices(n))))
+            elif not -n <= e < n:
+                raise IndexError(f"{op}: index {e} is out of bounds for axis {dim} with size {n} (array {describe(d)})")
+            dim += 1
+        return tuple(out) + shape[dim:]
     probe = tuple(_dummy(arrays[e[1]].shape, np.intp) if isinstance(e, tuple) else e for e in entries)
     try:
         return _dummy(d.shape)[probe].shape

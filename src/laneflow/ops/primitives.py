@@ -36,7 +36,8 @@ class Elementwise(Primitive):
             ops = self.operands
             sc = tuple([o for o in ops if o.__class__ is Scalar])
             key = (Elementwise, self.name, self.fn,
-                   tuple([o if o.__class__ is int else (Scalar, _py_type(o.value)) for o in ops]) if sc else ops)
+                   tuple([o if o.__class__ is int else (Scalar, _py_type(o.value)) for o in ops]) if sc else ops,
+                   self.__dict__.get("in_views"))
             ck = self.__dict__["_ck"] = (key, sc)
         return ck
 
@@ -46,6 +47,9 @@ class Elementwise(Primitive):
     def with_own_scalars(self) -> "Elementwise":
         p = Elementwise(self.name, self.fn, tuple(Scalar(o.value) if o.__class__ is Scalar else o
                                                   for o in self.operands))
+        vs = self.__dict__.get("in_views")
+        if vs is not None:
+            p.in_views = vs
         return p
 
 

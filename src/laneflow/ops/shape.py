@@ -43,7 +43,11 @@ def reshape(x: Any, shape: Any, *, stream: Any = None) -> Array:
         shape = (shape,)
     if not isinstance(shape, (tuple, list, np.ndarray)):
         raise TypeError(f"reshape: shape must be an int or a sequence of ints, got {shape!r}")
-    shape = tuple(as_int(s, f"each size in shape {tuple(shape)}", "reshape") for s in shape)
+    shape = tuple(shape)
+    for s in shape:  # (the common case, Python ints, checked without making a message per size)
+        if s.__class__ is not int:
+            shape = tuple(as_int(s, f"each size in shape {shape}", "reshape") for s in shape)
+            break
     n = d.size
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"reshape: invalid shape {shape}: at most one -1 and no other negative sizes")

@@ -187,7 +187,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("fused"),
     Kind("reduce"), Kind("argreduce"), Kind("softmax"), Kind("logsumexp"),
     Kind("matmul"), Kind("matmul_group"),
-    Kind("reshape"), Kind("transpose"), Kind("broadcast_to"), Kind("concatenate"),
+    Kind("reshape"), Kind("transpose"), Kind("broadcast_to"), Kind("strided"), Kind("concatenate"),
     Kind("getitem", validated=_index_inputs(1)), Kind("setitem", validated=_index_inputs(2)),
     Kind("take", validated=_index_inputs(1)),
     Kind("full"), Kind("arange"), Kind("linspace"), Kind("eye"),

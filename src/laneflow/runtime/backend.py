@@ -124,9 +124,32 @@ class Backend(abc.ABC):
         return {}
 
     # -- kernels ----------------------------------------------------------------------------------
+    #: Primitive kinds whose kernels read inputs through strided (non-contiguous) views
+    #: (``graph/views.py``); any kernel of a folding kind takes a contiguous view.
+    strided_kinds: frozenset = frozenset()
+
     @abc.abstractmethod
     def kernel(self, kind: str) -> Callable:
         """The kernel of a primitive kind; raises LaneflowError for a kind the backend lacks."""
+
+    def strided_view(self, data: Any, view: tuple) -> Any:
+        """A kernel's data handle reading ``data`` (an input's handle) through ``view``: (shape,
+        element strides, element offset), contiguous or (for :attr:`strided_kinds`) not."""
+        raise NotImplementedError(f"the {self.name} backend has no views")
+
+    def kernel_of(self, prim: Any) -> Callable:
+        """The kernel that runs ``prim``: its kind's kernel, reading the inputs that ``prim.in_views``
+        names through views of them (``graph/views.py``). Every place that runs a primitive asks here."""
+        kern = self.kernel(prim.kind)
+        vs = prim.__dict__.get("in_views")
+        if vs is None:
+            return kern
+        view = self.strided_view
+
+        def viewed(lane, prim, ins, outs, kern=kern, vs=vs, view=view):
+            kern(lane, prim, [d if v is None else view(d, v) for d, v in zip(ins, vs)], outs)
+
+        return viewed
 
     @property
     def fuses_elementwise(self) -> bool:
@@ -223,7 +246,9 @@ def _create(t: str, op: str | None) -> Backend:
                 b = _backends[t] = factory()
                 return b
             except Exception as e:  # noqa: BLE001 - kept: every later use gets the same answer at once
-                err = _failures[t] = e
+                # kept without its traceback: its frames would hold the first caller's locals (the
+                # user's arrays) alive for the rest of the process
+                err = _failures[t] = DeviceUnavailableError(str(e))
     msg = str(err)
     raise DeviceUnavailableError(f"{op}: {msg}" if op else msg) from None
 

@@ -11,7 +11,7 @@ from ...errors import LaneflowError, OutOfMemoryError
 from ...runtime.backend import Backend, Limits
 from ...runtime.buffer import Buffer
 from .executor import CPUPlan
-from .kernels import KERNELS
+from .kernels import KERNELS, as_view
 from .lanes import ThreadLane
 
 
@@ -57,6 +57,13 @@ class CPUBackend(Backend):
 
     def to_host(self, buffer: Buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
         return buffer.data
+
+    #: numpy kernels read any strided view
+    strided_kinds = frozenset(("elementwise", "astype", "fused", "reduce", "argreduce", "softmax", "logsumexp",
+                               "matmul"))
+
+    def strided_view(self, data: np.ndarray, view: tuple) -> np.ndarray:
+        return as_view(data, *view)
 
     def kernel(self, kind: str):
         try:

@@ -28,7 +28,7 @@ class CPUPlan:
         self.steps = plan.steps
         # the primitives as they are now: a cached plan's scalars may change after this (eval cache)
         self.prims = [step.prim.with_own_scalars() if step.prim.scalars() else step.prim for step in plan.steps]
-        self.kernels = [backend.kernel(p.kind) for p in self.prims]
+        self.kernels = [backend.kernel_of(p) for p in self.prims]
         arena = plan.arena or {}
         self.views = {slot: view for slot, (_, view) in arena.items()}
         self.regions: list[Buffer] = []

@@ -222,6 +222,19 @@ def random_split(lane, prim, ins, outs):
     np.copyto(outs[0], philox.split(k0, k1, prim.num))
 
 
+def as_view(data: np.ndarray, shape: tuple, strides: tuple, offset: int) -> np.ndarray:
+    """``data``'s memory read as (shape, element strides, element offset): a numpy view, no copy."""
+    if 0 in shape:
+        return np.empty(shape, data.dtype)
+    it = data.dtype.itemsize
+    flat = data.reshape(-1)
+    return np.lib.stride_tricks.as_strided(flat[offset:] if offset else flat, shape, tuple(s * it for s in strides))
+
+
+def strided(lane, prim, ins, outs):
+    np.copyto(outs[0].reshape(prim.shape), as_view(ins[0], prim.shape, prim.strides, prim.offset))
+
+
 def copy(lane, prim, ins, outs):
     src = ins[0]
     if isinstance(src, np.ndarray):
@@ -236,7 +249,8 @@ KERNELS = {
     "elementwise": elementwise, "astype": astype, "fused": fused,
     "reduce": reduce, "argreduce": argreduce, "softmax": softmax, "logsumexp": logsumexp,
     "matmul": matmul, "matmul_group": matmul_group,
-    "reshape": reshape, "transpose": transpose, "broadcast_to": broadcast_to, "concatenate": concatenate,
+    "reshape": reshape, "transpose": transpose, "broadcast_to": broadcast_to, "strided": strided,
+    "concatenate": concatenate,
     "getitem": getitem, "setitem": setitem, "take": take,
     "full": full, "arange": arange, "linspace": linspace, "eye": eye,
     "random": random, "random_split": random_split, "copy": copy, "linalg": linalg,

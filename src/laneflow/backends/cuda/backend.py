@@ -20,7 +20,8 @@ from .dispatch import KERNELS
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
 from .matmul import GROUPED_DTYPES, MAX_GROUP
-from .memory import DeviceArray, Memory, ViewArray, slab_arrays
+from ...shapes import is_contiguous
+from .memory import DeviceArray, Memory, StridedArray, ViewArray, slab_arrays
 from .timing import StreamEventTimer
 
 
@@ -87,6 +88,18 @@ class CUDABackend(Backend):
     def allocate_region(self, device: Any, nbytes: int, op: str) -> Buffer:
         """Raw memory for a compiled plan's region, usable on every lane at once."""
         return allocate_region(self.context(device.index), device, nbytes, op)
+
+    #: cuBLASLt reads transposed and strided matrices in place (``matmul._strided_matrix``)
+    strided_kinds = frozenset(("matmul",))
+
+    def strided_view(self, data, view: tuple):
+        """``data`` (a DeviceArray) read through a view: a plain view when it is contiguous, else a
+        :class:`~laneflow.backends.cuda.memory.StridedArray` (only matmul kernels get those)."""
+        shape, strides, offset = view
+        ptr = data.ptr + offset * data.dtype.itemsize if data.ptr else 0
+        if is_contiguous(shape, strides):
+            return ViewArray(data.ctx, shape, data.dtype, ptr)
+        return StridedArray(data.ctx, shape, data.dtype, ptr, strides)
 
     def view(self, region: Buffer, shape: tuple, dtype: np.dtype):
         """A kernel's view of a region as an array of ``shape`` and ``dtype`` (never caches host data)."""

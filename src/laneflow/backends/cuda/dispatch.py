@@ -33,6 +33,7 @@ KERNELS = {
     "reshape": _copy.reshape,
     "transpose": _copy.transpose,
     "broadcast_to": _copy.broadcast_to,
+    "strided": _copy.strided,
     "concatenate": _copy.concatenate,
     "getitem": _index.getitem,
     "setitem": _index.setitem,

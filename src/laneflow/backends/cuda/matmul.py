@@ -65,15 +65,19 @@ class MatmulLib:
         self.plans: dict = {}
         self._blas = None
 
-    def plan(self, dtype, m: int, n: int, k: int, batch: int, sa: int, sb: int) -> _Plan:
+    def plan(self, dtype, m: int, n: int, k: int, batch: int, sa: int, sb: int, ta: bool = False, lda: int = 0,
+             tb: bool = False, ldb: int = 0) -> _Plan:
+        """The plan of ``A (m x k) @ B (k x n)`` per batch entry: batch strides ``sa``, ``sb``;
+        ``ta``/``tb``: the operand is stored transposed (column-major) with leading dimension
+        ``lda``/``ldb`` (0: contiguous row-major)."""
         tf32 = _allow_tf32 and dtype == dt.float32
-        key = (dtype, m, n, k, batch, sa, sb, tf32)
+        key = (dtype, m, n, k, batch, sa, sb, tf32, ta, lda, tb, ldb)
         p = self.plans.get(key)
         if p is None:
-            p = self.plans[key] = self._make(dtype, m, n, k, batch, sa, sb, tf32)
+            p = self.plans[key] = self._make(dtype, m, n, k, batch, sa, sb, tf32, ta, lda or k, tb, ldb or n)
         return p
 
-    def _make(self, dtype, m, n, k, batch, sa, sb, tf32) -> _Plan:
+    def _make(self, dtype, m, n, k, batch, sa, sb, tf32, ta=False, lda=0, tb=False, ldb=0) -> _Plan:
         lt, cublas = self.lt, self.cublas
         ct = cublas.ComputeType
         name = C.dname(dtype)
@@ -86,9 +90,17 @@ class MatmulLib:
         p = _Plan()
         p.keep = []
         p.desc = lt.matmul_desc_create(int(compute), scale)
-        # column-major view: D (n x m, ld n) = A' (n x k, ld n: our B) @ B' (k x m, ld k: our A)
-        p.a = self._layout(dtype_id, n, k, n, batch, sb)
-        p.b = self._layout(dtype_id, k, m, k, batch, sa)
+        # column-major view: D (n x m, ld n) = A' (n x k: our B) @ B' (k x m: our A). A row-major
+        # operand is its own column-major transpose (op N); one stored transposed (a transposed view)
+        # is the column-major matrix itself, read with op T.
+        D = lt.MatmulDescAttribute
+        if tb:
+            self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, p.desc, D.TRANSA, 1)
+        if ta:
+            self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, p.desc, D.TRANSB, 1)
+        ldb, lda = ldb or n, lda or k
+        p.a = self._layout(dtype_id, k, n, ldb, batch, sb) if tb else self._layout(dtype_id, n, k, ldb, batch, sb)
+        p.b = self._layout(dtype_id, m, k, lda, batch, sa) if ta else self._layout(dtype_id, k, m, lda, batch, sa)
         p.c = self._layout(dtype_id, n, m, n, batch, m * n)
         pref = lt.matmul_preference_create()
         try:
@@ -150,21 +162,57 @@ def _lib(ctx) -> MatmulLib:
     return lib
 
 
-def _operand(lane, x, dtype, batch_shape: tuple, mat: tuple, temps: list) -> tuple[int, int]:
-    """(pointer, batch stride) of x as `batch_shape + mat` in dtype, materialising only when needed."""
+def _strided_matrix(x, batch_shape: tuple, mat: tuple) -> tuple | None:
+    """(batch stride, transposed, ld) of a strided view ``x`` (``x.strides``, in
+    elements) that cuBLASLt reads as it is: each matrix row-major (unit column stride) or column-major
+    (unit row stride) with room between rows, and the batch dims one stride apart (or one matrix
+    broadcast). None when it must be copied first."""
+    st = x.strides
+    nd = len(x.shape)
+    if nd < 2:
+        return None
+    r, c = mat
+    rs, cs = st[-2], st[-1]
+    if (cs == 1 or c == 1) and (r == 1 or rs >= c):
+        trans, ld = False, (rs if r > 1 else c)
+    elif (rs == 1 or r == 1) and (c == 1 or cs >= r):
+        trans, ld = True, (cs if c > 1 else r)
+    else:
+        return None
+    xb = [(s, t) for s, t in zip(x.shape[:-2], st[:-2]) if s != 1]
+    nb = 1
+    for s, _ in xb:
+        nb *= s
+    if nb == 1:
+        return 0, trans, ld
+    full = (1,) * (len(batch_shape) - (nd - 2)) + tuple(x.shape[:-2]) == tuple(batch_shape)
+    if not full:
+        return None
+    for (s0, t0), (s1, t1) in zip(xb, xb[1:]):  # the batch dims must merge into one
+        if t0 != s1 * t1:
+            return None
+    return xb[-1][1], trans, ld
+
+
+def _operand(lane, x, dtype, batch_shape: tuple, mat: tuple, temps: list) -> tuple[int, int, bool, int]:
+    """(pointer, batch stride, transposed, leading dimension) of x as ``batch_shape + mat`` in
+    dtype: x where it lies when cuBLASLt can read it there (contiguous, or a strided view that
+    ``_strided_matrix`` accepts), else a contiguous copy (a cast, a broadcast, other strides)."""
     xb = x.shape[:-2] if len(x.shape) >= 2 else ()
     xmat = mat
     nb = 1
     for s in xb:
         nb *= s
     msize = mat[0] * mat[1]
+    strides = getattr(x, "strides", None)
+    if strides is not None and x.dtype == dtype and C.dname(dtype) in _CUDA_TYPE:
+        got = _strided_matrix(x, batch_shape, mat)
+        if got is not None:
+            return x.ptr, got[0], got[1], got[2]
     full = (1,) * (len(batch_shape) - len(xb)) + tuple(xb) == tuple(batch_shape)
-    if x.dtype == dtype and (nb == 1 or full):
-        return x.ptr, (0 if nb == 1 else msize)
-    # cast and/or broadcast into a temporary
-    nbatch = 1
-    for s in batch_shape:
-        nbatch *= s
+    if strides is None and x.dtype == dtype and (nb == 1 or full):
+        return x.ptr, (0 if nb == 1 else msize), False, mat[1]
+    # cast, broadcast and/or gather into a temporary
     keep_batch = not (nb == 1)
     shape = (tuple(batch_shape) if keep_batch else ()) + xmat
     total = 1
@@ -173,8 +221,14 @@ def _operand(lane, x, dtype, batch_shape: tuple, mat: tuple, temps: list) -> tup
     ptr = lane.ctx.memory.raw_alloc(max(1, total * dtype.itemsize), lane.stream, "matmul")
     temps.append(ptr)
     src_shape = (tuple(xb) if keep_batch else ()) + xmat
-    strided_copy(lane, ptr, dtype, x.ptr, x.dtype, shape, broadcast_strides(src_shape, shape), contiguous_strides(shape))
-    return ptr, (msize if keep_batch else 0)
+    if strides is None:
+        src_strides = broadcast_strides(src_shape, shape)
+    else:  # the view's own strides, broadcast over the batch
+        own = tuple(strides) if keep_batch else tuple(strides[-2:]) if len(strides) >= 2 else (0, strides[-1])
+        pad = len(shape) - len(own)
+        src_strides = tuple(0 if d < pad or src_shape[d - pad] == 1 else own[d - pad] for d in range(len(shape)))
+    strided_copy(lane, ptr, dtype, x.ptr, x.dtype, shape, src_strides, contiguous_strides(shape))
+    return ptr, (msize if keep_batch else 0), False, mat[1]
 
 
 class _Rows:
@@ -194,7 +248,7 @@ def matmul(lane, prim, ins, outs) -> None:
     K = a.shape[-1]
     M = a.shape[-2] if len(a.shape) >= 2 else 1
     N = b.shape[-1] if len(b.shape) >= 2 else 1
-    if len(b.shape) == 2 and len(a.shape) > 2 and a.dtype == out.dtype:
+    if len(b.shape) == 2 and len(a.shape) > 2 and a.dtype == out.dtype and getattr(a, "strides", None) is None:
         # a batch of rows times one matrix: one GEMM over all the rows (a and out are contiguous)
         M = out.size // N
         a = _Rows(a, M, K)
@@ -208,11 +262,11 @@ def matmul(lane, prim, ins, outs) -> None:
     dtype = out.dtype
     temps: list = []
     try:
-        pa, sa = _operand(lane, a, dtype, batch_shape, (M, K), temps)
-        pb, sb = _operand(lane, b, dtype, batch_shape, (K, N), temps)
+        pa, sa, ta, lda = _operand(lane, a, dtype, batch_shape, (M, K), temps)
+        pb, sb, tb, ldb = _operand(lane, b, dtype, batch_shape, (K, N), temps)
         if C.dname(dtype) in _CUDA_TYPE:
             lib = _lib(lane.ctx)
-            p = lib.plan(dtype, M, N, K, batch, sa, sb)
+            p = lib.plan(dtype, M, N, K, batch, sa, sb, ta, lda, tb, ldb)
             lib.run(lane, p, pa, pb, out.ptr)
         else:
             _int_matmul(lane, dtype, pa, sa, pb, sb, out.ptr, M, N, K, batch)

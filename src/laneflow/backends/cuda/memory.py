@@ -82,6 +82,17 @@ class ViewArray(DeviceArray):
         pass
 
 
+class StridedArray(ViewArray):
+    """A kernel's strided view of another array's memory (``graph/views.py``): ``strides`` in
+    elements, ``ptr`` already at the view's first element. Only kernels of ``strided_kinds`` get one."""
+
+    __slots__ = ("strides",)
+
+    def __init__(self, ctx, shape: tuple, dtype, ptr: int, strides: tuple):
+        super().__init__(ctx, shape, dtype, ptr)
+        self.strides = strides
+
+
 class Slab:
     """One pool allocation shared by the outputs of one command (a grouped matmul's results), so a
     command with many outputs costs one allocation and one free, not one of each per output.

@@ -128,7 +128,7 @@ def capture(g, o) -> None:
                     waited[b][bd] = d
             ins = [g._data(kind, v, o) for kind, v in step.srcs]
             outs = [g._slot_view(slot, o) for slot in step.slots]
-            g.backend.kernel(step.prim.kind)(lane, step.prim, ins, outs)
+            g.backend.kernel_of(step.prim)(lane, step.prim, ins, outs)
             if j in g.signals:
                 ev = done[j] = event()
                 check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord (capture)")

@@ -52,6 +52,13 @@ def strided_copy(lane, out_ptr: int, out_dt, in_ptr: int, in_dt, shape: tuple, i
     kern.launch(lane.handle, grid_1d(lane.ctx, n), (256, 1, 1), (out_ptr, in_ptr, cshape, cist, cost, n))
 
 
+def strided(lane, prim, ins, outs) -> None:
+    """A contiguous copy of a view of the input (``graph/views.py``: a chain of layout ops)."""
+    src, out = ins[0], outs[0]
+    strided_copy(lane, out.ptr, out.dtype, src.ptr + prim.offset * src.dtype.itemsize, src.dtype, prim.shape,
+                 prim.strides, contiguous_strides(prim.shape))
+
+
 def copy(lane, prim, ins, outs) -> None:
     src, out = ins[0], outs[0]
     if out.nbytes == 0:

@@ -4,16 +4,9 @@ basic indexing, and the kept/reduced split of reductions. Pure Python, no CUDA.
 
 from __future__ import annotations
 
+from ....shapes import basic_index_view, contiguous_strides
+
 MAXD = 8
-
-
-def contiguous_strides(shape: tuple) -> tuple:
-    st = []
-    acc = 1
-    for s in reversed(shape):
-        st.append(acc)
-        acc *= s
-    return tuple(reversed(st))
 
 
 def broadcast_strides(in_shape: tuple, out_shape: tuple) -> tuple:
@@ -68,32 +61,7 @@ def operand_layout(arrays: list, shape: tuple) -> tuple | None:
 
 def basic_view(shape: tuple, entries: tuple) -> tuple[tuple, tuple, int]:
     """(shape, element strides, element offset) of ``x[entries]`` for ints, slices and None."""
-    strides = contiguous_strides(shape)
-    out_shape, out_strides = [], []
-    offset = 0
-    d = 0
-    for e in entries:
-        if e is None:
-            out_shape.append(1)
-            out_strides.append(0)
-        elif isinstance(e, slice):
-            start, stop, step = e.indices(shape[d])
-            n = len(range(start, stop, step))
-            out_shape.append(n)
-            out_strides.append(strides[d] * step)
-            if n:
-                offset += start * strides[d]
-            d += 1
-        else:
-            i = int(e)
-            if i < 0:
-                i += shape[d]
-            offset += i * strides[d]
-            d += 1
-    for k in range(d, len(shape)):
-        out_shape.append(shape[k])
-        out_strides.append(strides[k])
-    return tuple(out_shape), tuple(out_strides), offset
+    return basic_index_view(shape, contiguous_strides(shape), 0, entries)
 
 
 class ReducePlan:
