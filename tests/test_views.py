@@ -12,6 +12,16 @@ from laneflow.shapes import basic_index_view, contiguous_strides, is_contiguous
 from conftest import random_array
 
 
+@pytest.fixture(autouse=True)
+def _on_the_device(request):
+    """Ops of a test run on its device's stream (not the default device's, which may be another)."""
+    if "device" not in request.fixturenames:
+        yield
+        return
+    with lf.stream(lf.new_stream(request.getfixturevalue("device"))):
+        yield
+
+
 def _commands(fn):
     lf.reset_stats()
     out = fn()

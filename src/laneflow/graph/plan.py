@@ -22,6 +22,7 @@ from . import schedule as _sched
 from .fusion import FusedNode
 from .grouping import Group
 from .memory_plan import Value, plan_memory
+from .views import FOLDS_INTO, LAYOUT
 
 #: A source of a step's input: ("arg", i) the call's argument i, ("slot", k) the output of an earlier
 #: step, ("const", value) a captured value evaluated once at tracing.
@@ -94,6 +95,14 @@ def build_plan(outputs: list, holders: list, out_tree: Any) -> Plan:
     for d in order:
         if d.prim.kind != "placeholder" and any(id(i) in depends for i in d.inputs):
             depends.add(id(d))
+    # A layout op of a captured value (a weight's transpose) that a step reads stays in the plan, as in
+    # eager evaluation, where it folds into its reader (graph/views.py) instead of being a copy made
+    # once: compiled and eager then run the same kernels, bit for bit.
+    for d in reversed(order):
+        if id(d) in depends and (d.prim.kind in FOLDS_INTO or d.prim.kind in LAYOUT):
+            for i in d.inputs:
+                if id(i) not in depends and i.buffer is None and i.prim.kind in LAYOUT:
+                    depends.add(id(i))
     _sched.schedule([d for d in order if id(d) not in depends]
                     + [i for d in order if id(d) in depends for i in d.inputs if id(i) not in depends])
     steps: list[Step] = []
