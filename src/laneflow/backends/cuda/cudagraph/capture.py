@@ -75,11 +75,23 @@ def assign_branches(deps: list[list[int]], limit: int) -> tuple[list[int], int]:
     return branch_of, max(1, len(tails))
 
 
-def prewarm_libraries(ctx, lanes) -> None:
+#: The library pools whose workspaces a step of each kind uses (other kinds use none; linalg and user
+#: kernels: any pool, so every pool is warmed).
+_POOLS_OF = {"matmul": ("cublasLt",), "matmul_group": ("cublas",)}
+
+
+def prewarm_libraries(ctx, lanes, kinds=None) -> None:
     """Library workspaces of the capture lanes exist before capture (allocating inside it would put
-    allocation nodes into the graph), and are valid on every stream."""
+    allocation nodes into the graph), and are valid on every stream. Only the pools the steps' kinds
+    use (``kinds``; None: all): a workspace lives as long as the graph's lanes, and a graph without
+    a matmul (a cached eager step) must not pin 32 MiB of cuBLASLt workspace per lane."""
+    names = None
+    if kinds is not None and "linalg" not in kinds and "custom" not in kinds:
+        names = {n for k in kinds for n in _POOLS_OF.get(k, ())}
     group = getattr(ctx, "handles", None)  # every library pool of the device (handles.DeviceHandles)
-    for pool in list(group.pools.values()) if group is not None else ():
+    for name, pool in list(group.pools.items()) if group is not None else ():
+        if names is not None and name not in names:
+            continue
         for lane in lanes:
             with pool.use(lane):
                 pass
@@ -97,7 +109,7 @@ def capture(g, o) -> None:
     ctx.ensure_current()
     if g.has_linalg:  # the graphs' cuSOLVER pool exists (and its handle, below) before capture
         device_handles(ctx).pool("cusolverDn-graph")
-    prewarm_libraries(ctx, lanes)
+    prewarm_libraries(ctx, lanes, {step.prim.kind for step in steps})
     temps = Temps(mem)
     events = []
 
