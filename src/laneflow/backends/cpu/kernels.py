@@ -14,7 +14,9 @@ import math
 
 import numpy as np
 
+
 from ...dtypes import bfloat16, float16, float32, float64, inside_range
+from ...shapes import is_contiguous
 from ...ops.table import ELEMENTWISE, REDUCTIONS, compute_in as _compute
 from . import philox
 from .linalg import linalg
@@ -223,12 +225,16 @@ def random_split(lane, prim, ins, outs):
 
 
 def as_view(data: np.ndarray, shape: tuple, strides: tuple, offset: int) -> np.ndarray:
-    """``data``'s memory read as (shape, element strides, element offset): a numpy view, no copy."""
-    if 0 in shape:
-        return np.empty(shape, data.dtype)
-    it = data.dtype.itemsize
+    """``data``'s memory read as (shape, element strides, element offset): a numpy view, no copy
+    (``np.ndarray`` over the buffer: as_strided costs ten times as much per call)."""
     flat = data.reshape(-1)
-    return np.lib.stride_tricks.as_strided(flat[offset:] if offset else flat, shape, tuple(s * it for s in strides))
+    if is_contiguous(shape, strides):
+        n = 1
+        for s in shape:
+            n *= s
+        return flat[offset:offset + n].reshape(shape)
+    it = data.dtype.itemsize
+    return np.ndarray(shape, data.dtype, flat, offset * it, tuple(s * it for s in strides))
 
 
 def strided(lane, prim, ins, outs):
