@@ -14,7 +14,7 @@ import numpy as np
 import laneflow as lf
 from laneflow.runtime.backend import backend_for
 
-from ..graph import eval_cache, fusion
+from ..graph import eval_cache, fusion, views
 
 from .harness import Case, Impl, Result, laneflow_timer, skipped
 
@@ -105,6 +105,26 @@ def _with_fusion(run: Callable, enabled: bool) -> Callable:
             fusion.set_enabled(was)
 
     return wrapped
+
+
+def unviewed(impl: Impl | Result) -> Impl | Result:
+    """``impl`` (a laneflow row) with layout folding off while it runs (every reshape, transpose and
+    slice its own copy), named so: the row that counts every op as a command."""
+    if isinstance(impl, Result):
+        return impl
+    run = impl.run
+
+    def wrapped():
+        was = views.enabled()
+        views.set_enabled(False)
+        try:
+            return run()
+        finally:
+            views.set_enabled(was)
+
+    impl.run = wrapped
+    impl.name += ", views off"
+    return impl
 
 
 def unfused(impl: Impl | Result) -> Impl | Result:
