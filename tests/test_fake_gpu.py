@@ -489,3 +489,41 @@ print("index graphs ok")
 def test_index_ops_with_host_or_device_indices_stay_in_cuda_graphs_under_a_fake_driver(tmp_path):
     p = run_under_fake_driver(_INDEX_SCRIPT, tmp_path, timeout=240)
     assert p.returncode == 0 and "index graphs ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]
+
+
+_WARM_SCRIPT = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda import handles
+from laneflow.runtime.backend import backend_for
+
+s = lf.new_stream(lf.gpu, lanes=2)
+with lf.stream(s):
+    a = lf.array(np.ones((8, 8), np.float32))
+    lf.eval(a @ a)                          # the device's cuBLASLt pool exists now
+    ctx = backend_for(lf.gpu).context(0)
+    lt = handles.device_handles(ctx).pools["cublasLt"]
+    before = lt.workspace_bytes()
+    x = lf.array(np.ones(1000, np.float32))
+    for _ in range(6):                      # a cached eager step without a matmul: a CUDA graph
+        lf.eval(lf.exp(x * 2.0) + 1.0)
+    assert lf.plan_cache_info()["executor_runs"] >= 2, lf.plan_cache_info()
+    assert lt.workspace_bytes() == before, (before, lt.workspace_bytes())
+    f = lf.compile(lambda x: x @ a)         # one with a matmul warms cuBLASLt on its capture lanes
+    for _ in range(3):
+        f(lf.array(np.ones((4, 8), np.float32)))
+    assert f.stats()[0]["mode"] == "cuda graph", f.stats()
+    assert lt.workspace_bytes() > before, (before, lt.workspace_bytes())
+print("ok")
+'''
+
+
+def test_a_cuda_graph_warms_only_the_library_workspaces_its_steps_use(tmp_path):
+    """A cached eager step with no matmul must not pin cuBLASLt workspaces on its capture lanes (it
+    did: 32 MiB per lane, found on the H200 by the memory-baseline test)."""
+    p = run_under_fake_driver(_WARM_SCRIPT, tmp_path, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout[-2000:] + p.stderr[-4000:]
