@@ -8,6 +8,7 @@ import pytest
 
 import laneflow as lf
 from laneflow.graph import eval_cache, views
+from laneflow.runtime.backend import backend_for
 from laneflow.shapes import basic_index_view, contiguous_strides, is_contiguous
 from conftest import random_array
 
@@ -133,7 +134,10 @@ def test_transposes_and_slices_feed_a_matmul_without_copies(device, rng):
     ref_k = x[:, 24:48].reshape(1, 16, 4, 6).transpose(0, 2, 1, 3)
     np.testing.assert_allclose(np.asarray(y[0]), ref_q @ ref_k.swapaxes(-1, -2), rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(np.asarray(y[1]), x[:, :24] @ w.T, rtol=2e-5, atol=2e-5)
-    assert n == 2  # the two matmuls, nothing else
+    if "matmul" in backend_for(device).strided_kinds:
+        assert n == 2  # the two matmuls, nothing else
+    else:  # (the CPU: numpy's BLAS reads contiguous copies, see CPUBackend.strided_kinds)
+        assert n == 6  # one copy per strided operand, and the matmuls
 
 
 def test_a_chain_of_layout_ops_is_one_copy_where_its_reader_needs_memory(device, rng):
@@ -218,7 +222,7 @@ def test_compiled_functions_fold_views_too(device, rng):
         a, b = random_array(rng, (6, 5), np.float32), random_array(rng, (24,), np.float32)
         got = f(lf.array(a, device=device), lf.array(b, device=device))
         np.testing.assert_allclose(np.asarray(got), (a.T @ b.reshape(6, 4)) * 2.0, rtol=1e-5, atol=1e-5)
-    assert f.stats()[0]["steps"] <= 2
+    assert f.stats()[0]["steps"] <= (2 if "matmul" in backend_for(device).strided_kinds else 3)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", np.float16, np.int32])
