@@ -12,6 +12,7 @@ from typing import Sequence
 
 from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
+from .epilogue import fold as fold_epilogues
 from .fusion import FusedNode, fuse
 from .grouping import Group, group_matmuls
 from .node import ArrayData, LazyData
@@ -107,10 +108,12 @@ def execute(order: list) -> None:
 
 
 def passes(order: list) -> list | None:
-    """The scheduling passes over pending nodes in dependency order: matmul grouping, elementwise
-    fusion, then layout folding (``graph/views.py``). Returns the new item list, or None when neither changed anything. Eager
+    """The scheduling passes over pending nodes in dependency order: matmul grouping, matmul
+    epilogues (``graph/epilogue.py``), elementwise fusion, then layout folding (``graph/views.py``). Returns the new item list, or None when neither changed anything. Eager
     evaluation and compiled plans both run this, so both run the same kernels."""
     items = group_matmuls(order)
+    absorbed = fold_epilogues(order if items is None else items)
+    items = absorbed if absorbed is not None else items
     fused = fuse(order if items is None else items)
     items = fused if fused is not None else items
     folded = fold(order if items is None else items)

@@ -38,7 +38,8 @@ _enabled = os.environ.get("LANEFLOW_VIEWS", "") != "0"
 #: The layout kinds that are views of their input.
 LAYOUT = frozenset(("reshape", "transpose", "broadcast_to", "getitem", "strided"))
 #: Consumer kinds that may read an input through a view (every backend takes contiguous views there).
-FOLDS_INTO = frozenset(("elementwise", "astype", "fused", "reduce", "argreduce", "softmax", "logsumexp", "matmul"))
+FOLDS_INTO = frozenset(("elementwise", "astype", "fused", "reduce", "argreduce", "softmax", "logsumexp", "matmul",
+                        "norm", "attention"))
 
 
 def set_enabled(on: bool) -> None:

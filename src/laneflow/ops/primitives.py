@@ -106,6 +106,41 @@ class Matmul(Primitive):
         self.gkey = gkey
 
 
+class MatmulEpilogue(Matmul):
+    """``a @ b`` with an epilogue fused in by ``graph/epilogue.py``: inputs ``(a, b[, bias][, residual])``;
+    ``out = act(a @ b + bias + residual)``, accumulated in the compute dtype and rounded once (the
+    unfused graph rounds after each op; results agree within the dtype's rounding). ``act`` is None or
+    ``"gelu_tanh"``. On the GPU this is one cuBLASLt call (epilogue ``BIAS`` / ``GELU_BIAS``, the
+    residual as ``C`` with ``beta = 1``)."""
+
+    def __init__(self, bias: bool, residual: bool, act: str | None):
+        super().__init__(None)
+        self.name = "matmul+" + "+".join(n for n, on in (("bias", bias), ("residual", residual), (act, act)) if on)
+        self.bias, self.residual, self.act = bias, residual, act
+
+
+class Norm(Primitive):
+    """``lf.nn.layer_norm`` (``op="layer_norm"``) or ``lf.nn.rms_norm`` over the last axis: inputs
+    ``(x[, weight][, bias])``, statistics in float32 (float64 for float64)."""
+
+    kind = "norm"
+
+    def __init__(self, op: str, eps: float, weight: bool, bias: bool):
+        super().__init__(op)
+        self.eps, self.weight, self.bias = eps, weight, bias
+
+
+class Attention(Primitive):
+    """``lf.nn.scaled_dot_product_attention``: inputs ``(q, k, v[, mask])``; ``mask`` is None, ``"bool"``
+    (True: attend) or ``"additive"``; ``causal`` is bottom-right aligned."""
+
+    kind = "attention"
+
+    def __init__(self, scale: float, causal: bool, mask: str | None):
+        super().__init__("scaled_dot_product_attention")
+        self.scale, self.causal, self.mask = scale, causal, mask
+
+
 class Reshape(Primitive):
     kind = "reshape"
 

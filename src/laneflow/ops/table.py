@@ -76,6 +76,25 @@ def _erf(dtype, x):
     return np.asarray(_erf64(x.astype(dt.float64)), dtype=dt.float64).astype(x.dtype, copy=False)
 
 
+def _gelu(dtype, x):
+    x = compute_in(x, dtype)
+    return 0.5 * x * (1.0 + _erf(x.dtype, x * x.dtype.type(1 / math.sqrt(2.0))))
+
+
+#: sqrt(2 / pi), the tanh GELU's constant
+GELU_TANH_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh(dtype, x):
+    x = compute_in(x, dtype)
+    c = x.dtype.type
+    return c(0.5) * x * (c(1.0) + np.tanh(c(GELU_TANH_C) * (x + c(0.044715) * x * x * x)))
+
+
+def _silu(x):
+    return x / (x.dtype.type(1.0) + np.exp(-x))
+
+
 def _where(dtype, c, a, b):
     # Both branches in the result dtype first: numpy has no common dtype for some pairs laneflow
     # promotes (bfloat16 with float16 gives float32).
@@ -113,6 +132,13 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     Elementwise("sigmoid", 1, like="exp", reference=lambda dtype, x: 1.0 / (1.0 + np.exp(-compute_in(x, dtype))),
                 doc="Elementwise logistic function ``1 / (1 + exp(-x))``."),
     Elementwise("erf", 1, like="exp", reference=_erf, doc="Elementwise Gauss error function."),
+    # the activations of lf.nn (public there, not as lf.<name>): one fused step each
+    Elementwise("gelu", 1, like="exp", reference=_gelu, public=False,
+                doc="``0.5 x (1 + erf(x / sqrt 2))``: GELU as defined (``lf.nn.gelu``)."),
+    Elementwise("gelu_tanh", 1, like="exp", reference=_gelu_tanh, public=False,
+                doc="``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``: GELU's tanh approximation."),
+    Elementwise("silu", 1, like="exp", reference=lambda dtype, x: _silu(compute_in(x, dtype)), public=False,
+                doc="``x / (1 + exp(-x))`` (SiLU, swish)."),
     # ``where(c, x, y)``: the dtype of x and y promoted (built by ops/elementwise.where)
     Elementwise("where", 3, like="add", reference=_where, public=False),
     # a dtype conversion as a step of a fused kernel (what astype computes): the cast is the work
@@ -185,7 +211,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("elementwise", validated=_elementwise_validated, fuses=True),
     Kind("astype", fuses=True),
     Kind("fused"),
-    Kind("reduce"), Kind("argreduce"), Kind("softmax"), Kind("logsumexp"),
+    Kind("reduce"), Kind("argreduce"), Kind("softmax"), Kind("logsumexp"), Kind("norm"), Kind("attention"),
     Kind("matmul"), Kind("matmul_group"),
     Kind("reshape"), Kind("transpose"), Kind("broadcast_to"), Kind("strided"), Kind("concatenate"),
     Kind("getitem", validated=_index_inputs(1)), Kind("setitem", validated=_index_inputs(2)),

@@ -127,6 +127,9 @@ class Backend(abc.ABC):
     #: Primitive kinds whose kernels read inputs through strided (non-contiguous) views
     #: (``graph/views.py``); any kernel of a folding kind takes a contiguous view.
     strided_kinds: frozenset = frozenset()
+    #: The dtypes whose matmul kernels run ``MatmulEpilogue`` primitives (a bias, a residual, a tanh
+    #: GELU computed in the product: ``graph/epilogue.py``); empty: none.
+    matmul_epilogues: frozenset = frozenset()
 
     @abc.abstractmethod
     def kernel(self, kind: str) -> Callable:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ...dtypes import bfloat16
 from ...errors import LaneflowError, OutOfMemoryError
 from ...runtime.backend import Backend, Limits
 from ...runtime.buffer import Buffer
@@ -62,7 +63,11 @@ class CPUBackend(Backend):
     #: operand differently by the operand's address alignment (1 ulp in float64, found by the
     #: differential fuzzer), so a matmul reads a contiguous copy and its bits do not depend on where a
     #: plan's arena put its input.
-    strided_kinds = frozenset(("elementwise", "astype", "fused", "reduce", "argreduce", "softmax", "logsumexp"))
+    #: (The attention kernel copies its operands before its products, so it takes views too.)
+    #: float matmuls run epilogues (graph/epilogue.py)
+    matmul_epilogues = frozenset(np.dtype(d) for d in ("float16", "float32", "float64")) | {bfloat16}
+    strided_kinds = frozenset(("elementwise", "astype", "fused", "reduce", "argreduce", "softmax", "logsumexp",
+                               "norm", "attention"))
 
     def strided_view(self, data: np.ndarray, view: tuple) -> np.ndarray:
         return as_view(data, *view)

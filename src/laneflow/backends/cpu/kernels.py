@@ -18,6 +18,7 @@ import numpy as np
 from ...dtypes import bfloat16, float16, float32, float64, inside_range
 from ...shapes import is_contiguous
 from ...ops.table import ELEMENTWISE, REDUCTIONS, compute_in as _compute
+from ...ops.primitives import Matmul
 from . import philox
 from .linalg import linalg
 
@@ -130,8 +131,64 @@ def logsumexp(lane, prim, ins, outs):
 def matmul(lane, prim, ins, outs):
     out = outs[0]
     acc = _accumulator(out.dtype)  # the result dtype; float32 for the half types
-    a, b = (x.astype(acc, copy=False) for x in ins)
-    np.copyto(out, np.matmul(a, b), casting="unsafe")
+    a, b = (x.astype(acc, copy=False) for x in ins[:2])
+    r = np.matmul(a, b)
+    if prim.__class__ is not Matmul:  # an epilogue (graph/epilogue.py): in the accumulator, rounded once
+        k = 2
+        if prim.bias:
+            r += ins[k].astype(acc, copy=False)
+            k += 1
+        if prim.residual:
+            r += ins[k].astype(acc, copy=False)
+        if prim.act is not None:
+            r = SPECIAL[prim.act](acc, r)
+    np.copyto(out, r, casting="unsafe")
+
+
+def norm(lane, prim, ins, outs):
+    """lf.nn.layer_norm / rms_norm over the last axis, statistics in the accumulator dtype."""
+    out = outs[0]
+    acc = float64 if out.dtype == float64 else float32
+    x = ins[0].astype(acc, copy=False)
+    if prim.name == "layer_norm":
+        xc = x - x.mean(axis=-1, keepdims=True)
+        y = xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + acc.type(prim.eps))
+    else:
+        y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + acc.type(prim.eps))
+    k = 1
+    if prim.weight:
+        y = y * ins[k].astype(acc, copy=False)
+        k += 1
+    if prim.bias:
+        y = y + ins[k].astype(acc, copy=False)
+    np.copyto(out, y, casting="unsafe")
+
+
+def attention(lane, prim, ins, outs):
+    """lf.nn.scaled_dot_product_attention in numpy: scores in the accumulator dtype, a bottom-right
+    causal mask, and zeros for a query that sees no key."""
+    out = outs[0]
+    acc = float64 if out.dtype == float64 else float32
+    # contiguous copies: numpy's BLAS must not see a strided operand (see CPUBackend.strided_kinds)
+    q, k, v = (np.ascontiguousarray(x, dtype=acc) for x in ins[:3])
+    B, Hq, Tq, _ = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    if Hq != Hkv:
+        k, v = np.repeat(k, Hq // Hkv, axis=1), np.repeat(v, Hq // Hkv, axis=1)
+    s = np.matmul(q, np.ascontiguousarray(k.swapaxes(-1, -2))) * acc.type(prim.scale)
+    allowed = np.ones((1, 1, Tq, Tk), bool)
+    if prim.causal:
+        allowed = (np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + (Tk - Tq))[None, None]
+    if prim.mask == "bool":
+        allowed = allowed & ins[3]
+    elif prim.mask == "additive":
+        s = s + ins[3].astype(acc, copy=False)
+    s = np.where(allowed, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0))
+    l = p.sum(axis=-1, keepdims=True)
+    o = np.matmul(p, v)
+    np.copyto(out, np.where(l > 0, o / np.where(l > 0, l, 1), 0), casting="unsafe")
 
 
 def matmul_group(lane, prim, ins, outs):
@@ -254,7 +311,7 @@ def copy(lane, prim, ins, outs):
 KERNELS = {
     "elementwise": elementwise, "astype": astype, "fused": fused,
     "reduce": reduce, "argreduce": argreduce, "softmax": softmax, "logsumexp": logsumexp,
-    "matmul": matmul, "matmul_group": matmul_group,
+    "norm": norm, "attention": attention, "matmul": matmul, "matmul_group": matmul_group,
     "reshape": reshape, "transpose": transpose, "broadcast_to": broadcast_to, "strided": strided,
     "concatenate": concatenate,
     "getitem": getitem, "setitem": setitem, "take": take,

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import numpy as np
 from cuda.bindings import driver as cu
 
+from ...dtypes import bfloat16
 from ...errors import LaneflowError
 from ...runtime.backend import Backend, DeviceUnavailableError, Limits
 from ...runtime import capsule as _cap
@@ -89,8 +90,11 @@ class CUDABackend(Backend):
         """Raw memory for a compiled plan's region, usable on every lane at once."""
         return allocate_region(self.context(device.index), device, nbytes, op)
 
-    #: cuBLASLt reads transposed and strided matrices in place (``matmul._strided_matrix``)
-    strided_kinds = frozenset(("matmul",))
+    #: float matmuls run epilogues through cuBLASLt (graph/epilogue.py); float64 has none there
+    matmul_epilogues = frozenset((np.dtype("float16"), np.dtype("float32"), bfloat16))
+    #: cuBLASLt reads transposed and strided matrices in place (``matmul._strided_matrix``); the
+    #: attention kernel reads q, k, v and the mask through any strides (the heads of a QKV projection)
+    strided_kinds = frozenset(("matmul", "attention"))
 
     def strided_view(self, data, view: tuple):
         """``data`` (a DeviceArray) read through a view: a plain view when it is contiguous, else a

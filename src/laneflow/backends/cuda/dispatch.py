@@ -11,10 +11,12 @@ from __future__ import annotations
 from . import custom as _custom
 from . import matmul as _matmul
 from . import linalg as _linalg
+from .kernels import attention as _attention
 from .kernels import copy as _copy
 from .kernels import elementwise as _ew
 from .kernels import fused as _fused
 from .kernels import index as _index
+from .kernels import norm as _norm
 from .kernels import random as _random
 from .kernels import reduce as _reduce
 
@@ -28,6 +30,8 @@ KERNELS = {
     "argreduce": _reduce.argreduce,
     "softmax": _reduce.softmax,
     "logsumexp": _reduce.logsumexp,
+    "norm": _norm.norm,
+    "attention": _attention.attention,
     "matmul": _matmul.matmul,
     "matmul_group": _matmul.matmul_group,
     "reshape": _copy.reshape,

@@ -21,6 +21,7 @@ from cuda.bindings import driver as cu
 
 from ... import dtypes as dt
 from ...errors import LaneflowError
+from ...ops.primitives import MatmulEpilogue
 from ...shapes import broadcast_shapes
 from .driver import check
 from .handles import LT_WORKSPACE_BYTES, cublaslt_pool, device_handles
@@ -48,6 +49,10 @@ def _lt():
     return cublas, cublasLt
 
 
+#: (bias, residual, act) of a plain product
+_NO_EPILOGUE = (False, False, None)
+
+
 class _Plan:
     __slots__ = ("desc", "a", "b", "c", "algo", "algo_ptr", "ws", "alpha", "beta", "keep")
 
@@ -66,18 +71,20 @@ class MatmulLib:
         self._blas = None
 
     def plan(self, dtype, m: int, n: int, k: int, batch: int, sa: int, sb: int, ta: bool = False, lda: int = 0,
-             tb: bool = False, ldb: int = 0) -> _Plan:
+             tb: bool = False, ldb: int = 0, epi: tuple = _NO_EPILOGUE) -> _Plan:
         """The plan of ``A (m x k) @ B (k x n)`` per batch entry: batch strides ``sa``, ``sb``;
         ``ta``/``tb``: the operand is stored transposed (column-major) with leading dimension
-        ``lda``/``ldb`` (0: contiguous row-major)."""
+        ``lda``/``ldb`` (0: contiguous row-major); ``epi``: (bias, residual, act) of a
+        ``MatmulEpilogue``."""
         tf32 = _allow_tf32 and dtype == dt.float32
-        key = (dtype, m, n, k, batch, sa, sb, tf32, ta, lda, tb, ldb)
+        key = (dtype, m, n, k, batch, sa, sb, tf32, ta, lda, tb, ldb, epi)
         p = self.plans.get(key)
         if p is None:
-            p = self.plans[key] = self._make(dtype, m, n, k, batch, sa, sb, tf32, ta, lda or k, tb, ldb or n)
+            p = self.plans[key] = self._make(dtype, m, n, k, batch, sa, sb, tf32, ta, lda or k, tb, ldb or n, epi)
         return p
 
-    def _make(self, dtype, m, n, k, batch, sa, sb, tf32, ta=False, lda=0, tb=False, ldb=0) -> _Plan:
+    def _make(self, dtype, m, n, k, batch, sa, sb, tf32, ta=False, lda=0, tb=False, ldb=0,
+              epi: tuple = _NO_EPILOGUE) -> _Plan:
         lt, cublas = self.lt, self.cublas
         ct = cublas.ComputeType
         name = C.dname(dtype)
@@ -98,6 +105,11 @@ class MatmulLib:
             self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, p.desc, D.TRANSA, 1)
         if ta:
             self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, p.desc, D.TRANSB, 1)
+        bias, residual, act = epi
+        if bias:  # column-major D is (n x m): cuBLASLt's bias runs along its n rows, our last axis
+            E = lt.Epilogue
+            self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, p.desc, D.EPILOGUE,
+                      int(E.GELU_BIAS if act == "gelu_tanh" else E.BIAS))
         ldb, lda = ldb or n, lda or k
         p.a = self._layout(dtype_id, k, n, ldb, batch, sb) if tb else self._layout(dtype_id, n, k, ldb, batch, sb)
         p.b = self._layout(dtype_id, m, k, lda, batch, sa) if ta else self._layout(dtype_id, k, m, lda, batch, sa)
@@ -113,14 +125,16 @@ class MatmulLib:
         finally:
             lt.matmul_preference_destroy(pref)
         if count[0] < 1:
-            raise LaneflowError(f"matmul: cuBLASLt has no algorithm for {dtype} ({m}x{k} @ {k}x{n}, batch {batch})")
+            what = f" with epilogue {epi}" if epi != _NO_EPILOGUE else ""
+            raise LaneflowError(f"matmul: cuBLASLt has no algorithm for {dtype} ({m}x{k} @ {k}x{n}, batch {batch})"
+                                f"{what}; LANEFLOW_FUSE=0 runs the epilogue as separate kernels")
         p.algo = results
         names = results.dtype.names or ()
         off = results.dtype.fields["algo"][1] if "algo" in names else 0
         p.algo_ptr = results.ctypes.data + off
         p.ws = int(results["workspace_size"][0]) if "workspace_size" in names else WORKSPACE_BYTES
         p.alpha = np.ones(1, sdt)
-        p.beta = np.zeros(1, sdt)
+        p.beta = (np.ones if residual else np.zeros)(1, sdt)  # D = A B + beta C: C is the residual
         return p
 
     def _layout(self, type_id: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> int:
@@ -145,12 +159,17 @@ class MatmulLib:
             pool = self._blas = device_handles(self.ctx).pool("cublas")
         return pool
 
-    def run(self, lane, p: _Plan, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
+    def run(self, lane, p: _Plan, a_ptr: int, b_ptr: int, c_ptr: int, r_ptr: int = 0, bias_ptr: int = 0) -> None:
+        """``D (c_ptr) = A B`` (+ the residual at ``r_ptr``, + the bias at ``bias_ptr``, per the plan)."""
         e = self.pool.use(lane)  # held until released below (no with-protocol calls on this hot path)
         try:
             handle, (ws_ptr, ws_size) = e.current
+            if bias_ptr:  # the plan's descriptor is shared: its bias pointer is set for this call
+                lt = self.lt
+                self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, p.desc,
+                          lt.MatmulDescAttribute.BIAS_POINTER, bias_ptr)
             self.lt.matmul(handle, p.desc, p.alpha.ctypes.data, b_ptr, p.a, a_ptr, p.b, p.beta.ctypes.data,
-                           c_ptr, p.c, c_ptr, p.c, p.algo_ptr, ws_ptr, ws_size, lane.handle)
+                           r_ptr or c_ptr, p.c, c_ptr, p.c, p.algo_ptr, ws_ptr, ws_size, lane.handle)
         finally:
             e.lock.release()
 
@@ -231,6 +250,23 @@ def _operand(lane, x, dtype, batch_shape: tuple, mat: tuple, temps: list) -> tup
     return ptr, (msize if keep_batch else 0), False, mat[1]
 
 
+def _dense(lane, x, dtype, temps: list) -> int:
+    """A pointer to x as contiguous, 16-byte aligned memory of ``dtype`` (an epilogue's bias or
+    residual): x itself, or a copy when it is a strided view or sits at an odd offset."""
+    strides = getattr(x, "strides", None)
+    if strides is None and x.dtype == dtype and x.ptr % 16 == 0:
+        return x.ptr
+    shape = tuple(x.shape)
+    n = 1
+    for s in shape:
+        n *= s
+    ptr = lane.ctx.memory.raw_alloc(max(1, n * dtype.itemsize), lane.stream, "matmul")
+    temps.append(ptr)
+    strided_copy(lane, ptr, dtype, x.ptr, x.dtype, shape,
+                 tuple(strides) if strides is not None else contiguous_strides(shape), contiguous_strides(shape))
+    return ptr
+
+
 class _Rows:
     """An operand (batch..., M, K) seen as (rows, K): the same memory, one matrix."""
 
@@ -241,7 +277,7 @@ class _Rows:
 
 
 def matmul(lane, prim, ins, outs) -> None:
-    a, b = ins
+    a, b = ins[0], ins[1]  # (then a MatmulEpilogue's bias and residual)
     out = outs[0]
     if out.size == 0:
         return
@@ -266,8 +302,15 @@ def matmul(lane, prim, ins, outs) -> None:
         pb, sb, tb, ldb = _operand(lane, b, dtype, batch_shape, (K, N), temps)
         if C.dname(dtype) in _CUDA_TYPE:
             lib = _lib(lane.ctx)
-            p = lib.plan(dtype, M, N, K, batch, sa, sb, ta, lda, tb, ldb)
-            lib.run(lane, p, pa, pb, out.ptr)
+            if prim.__class__ is MatmulEpilogue:
+                epi = (prim.bias, prim.residual, prim.act)
+                bias_ptr = _dense(lane, ins[2], dtype, temps) if prim.bias else 0
+                r_ptr = _dense(lane, ins[2 + prim.bias], dtype, temps) if prim.residual else 0
+                p = lib.plan(dtype, M, N, K, batch, sa, sb, ta, lda, tb, ldb, epi)
+                lib.run(lane, p, pa, pb, out.ptr, r_ptr, bias_ptr)
+            else:
+                p = lib.plan(dtype, M, N, K, batch, sa, sb, ta, lda, tb, ldb)
+                lib.run(lane, p, pa, pb, out.ptr)
         else:
             _int_matmul(lane, dtype, pa, sa, pb, sb, out.ptr, M, N, K, batch)
     finally:

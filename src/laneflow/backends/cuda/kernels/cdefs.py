@@ -201,6 +201,14 @@ template <class T> __device__ __forceinline__ T lf_logaddexp(T x, T y) {
   if (d <= 0) return y + lf_log1p(lf_exp(d));
   return d;  // a NaN
 }
+// lf.nn's activations, computed as the op table's CPU references compute them
+template <class T> __device__ __forceinline__ T lf_gelu(T x) {
+  return (T)0.5 * x * ((T)1 + lf_erf(x * (T)0.70710678118654752440));
+}
+template <class T> __device__ __forceinline__ T lf_gelu_tanh(T x) {
+  return (T)0.5 * x * ((T)1 + lf_tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)));
+}
+template <class T> __device__ __forceinline__ T lf_silu(T x) { return x / ((T)1 + lf_exp(-x)); }
 template <class T> __device__ __forceinline__ T lf_max_nan(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T lf_min_nan(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 template <class T> __device__ __forceinline__ T lf_sign_f(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : a); }

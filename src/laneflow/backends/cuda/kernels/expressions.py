@@ -74,6 +74,9 @@ EXPRESSIONS: dict[str, Callable] = {
     "isfinite": lambda a, k, T: f"lf_isfinite({a[0]})" if k == "f" else "true",
     "rsqrt": lambda a, k, T: f"(({T})1 / lf_sqrt({a[0]}))",
     "sigmoid": lambda a, k, T: f"(({T})1 / (({T})1 + lf_exp(-{a[0]})))",
+    "gelu": lambda a, k, T: f"lf_gelu<{T}>({a[0]})",
+    "gelu_tanh": lambda a, k, T: f"lf_gelu_tanh<{T}>({a[0]})",
+    "silu": lambda a, k, T: f"lf_silu<{T}>({a[0]})",
     "where": lambda a, k, T: f"(({a[0]} != 0) ? {a[1]} : {a[2]})",
     "identity": lambda a, k, T: a[0],
 }
