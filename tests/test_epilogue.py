@@ -46,12 +46,14 @@ def _fuses(device, dtype) -> bool:
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16])
 @pytest.mark.parametrize("shape", [((5, 24), (24, 16)), ((2, 7, 24), (24, 16)), ((3, 5, 24), (3, 24, 16))])
 def test_bias_residual_and_gelu_epilogues_match_numpy(device, rng, dtype, shape):
-    (a, w, b, h), (ar, wr, br, hr) = _data(rng, dtype, shape[0], shape[1], (16,), shape[0][:-1] + (16,))
+    # three widths, so no two products are alike (a GPU would group those: graph/grouping.py)
+    sa, sw = shape
+    (a, w, b, h), (ar, wr, br, hr) = _data(rng, dtype, sa, sw, (16,), sa[:-1] + (16,))
+    (w2, b2, w3, b3), (wr2, br2, wr3, br3) = _data(rng, dtype, sw[:-1] + (12,), (12,), sw[:-1] + (8,), (8,))
     tol = TOL[np.dtype(dtype)] * 24
-    ys, n = _run(device, lambda a, w, b, h: [h + (a @ w + b), lf.nn.gelu(a @ w + b, approximate="tanh"),
-                                             (a @ w + b)], (a, w, b, h))
-    z = ar @ wr + br
-    for y, ref in zip(ys, [hr + z, _gelu(z), z]):
+    ys, n = _run(device, lambda a, w, b, h, w2, b2, w3, b3: [h + (a @ w + b), lf.nn.gelu(a @ w2 + b2, approximate="tanh"),
+                                                            (a @ w3 + b3)], (a, w, b, h, w2, b2, w3, b3))
+    for y, ref in zip(ys, [hr + (ar @ wr + br), _gelu(ar @ wr2 + br2), ar @ wr3 + br3]):
         np.testing.assert_allclose(y, ref, rtol=tol, atol=tol)
     if _fuses(device, dtype):
         assert n == 3  # three products, each with its epilogue in its kernel
@@ -98,3 +100,15 @@ def test_compiled_epilogues_equal_eager(device, rng):
         for _ in range(3):
             for got, want in zip(f(*xs), eager):
                 np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_products_with_long_unaligned_rows_match_numpy(device, rng, dtype):
+    """Rows of 1,031 elements (not a multiple of 16 bytes): the GPU writes them through padded rows
+    (cuda/matmul.py), with and without a bias epilogue, from a transposed weight as GPT-2's head."""
+    (a, w, b), (ar, wr, br) = _data(rng, dtype, (2, 5, 64), (1031, 64), (1031,))
+    wt = np.ascontiguousarray(w.T)
+    ys, _ = _run(device, lambda a, w, b, wt: [a @ w.T, a @ w.T + b, a @ wt, a[0] @ wt + b], (a, w, b, wt))
+    tol = TOL[np.dtype(dtype)] * 16
+    for y, ref in zip(ys, [ar @ wr.T, ar @ wr.T + br, ar @ wr.T, ar[0] @ wr.T + br]):
+        np.testing.assert_allclose(y, ref, rtol=tol, atol=tol)

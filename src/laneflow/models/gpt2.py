@@ -10,7 +10,7 @@ head is tied to the token embedding (``lm_head.weight`` is used only when a chec
 
 The forward is written once over an array namespace: :func:`plain_ops` gives the pieces (embedding
 lookup, layer norm, causal attention, GELU) for laneflow, numpy, ``jax.numpy`` or ``mlx.core``, and
-:class:`Ops` is the seam where fused versions (``lf.nn``) can replace them. :func:`reference_forward`
+:class:`Ops` is the seam where fused versions replace them (:data:`NN_OPS`: ``lf.nn``). :func:`reference_forward`
 is a separate numpy implementation, written differently (einsum per head, float64), to check against.
 """
 
@@ -31,7 +31,7 @@ from . import safetensors_io
 #: Prefix of the body's parameters in ``GPT2LMHeadModel``'s state dict (the hub's ``gpt2`` file has none).
 PREFIX = "transformer."
 
-__all__ = ["GPT2Config", "Ops", "LANEFLOW_OPS", "NUMPY_OPS", "PREFIX", "config_from_params", "forward", "init_params",
+__all__ = ["GPT2Config", "Ops", "LANEFLOW_OPS", "NN_OPS", "NUMPY_OPS", "nn_ops", "PREFIX", "config_from_params", "forward", "init_params",
            "load_safetensors", "numpy_params", "numpy_softmax", "param_shapes", "plain_ops", "reference_forward",
            "save_safetensors", "to_laneflow"]
 
@@ -264,6 +264,19 @@ def plain_ops(xp: Any, *, softmax: Callable | None = None, take: Callable | None
     return Ops(embed, layer_norm, causal_mask, attention, gelu)
 
 
+def nn_ops() -> Ops:
+    """:class:`Ops` from ``lf.nn``: one kernel per layer norm, one fused attention (causal, reading the
+    heads straight out of the QKV projection), the tanh GELU as a step that joins its projection's
+    cuBLASLt epilogue (``graph/epilogue.py``)."""
+    plain = plain_ops(lf)
+
+    def attention(q, k, v, scale, mask):
+        return lf.nn.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+    return Ops(plain.embed, lf.nn.layer_norm, lambda t: None, attention,
+               lambda x: lf.nn.gelu(x, approximate="tanh"))
+
+
 def numpy_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax along ``axis`` in numpy (max subtracted), in the input's dtype."""
     e = np.exp(x - x.max(axis=axis, keepdims=True))
@@ -272,6 +285,8 @@ def numpy_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 #: laneflow's plain ops (what :func:`forward` uses by default)
 LANEFLOW_OPS = plain_ops(lf)
+#: ``lf.nn``'s fused layers (:func:`nn_ops`)
+NN_OPS = nn_ops()
 #: numpy's (float32 in, float32 out): the numpy peer's forward
 NUMPY_OPS = plain_ops(np, softmax=numpy_softmax)
 

@@ -49,6 +49,8 @@ def _lt():
     return cublas, cublasLt
 
 
+#: Shortest unaligned rows (elements) a product writes through a padded temporary (see ``matmul``)
+_PAD_MIN_N = 1024
 #: (bias, residual, act) of a plain product
 _NO_EPILOGUE = (False, False, None)
 
@@ -71,20 +73,21 @@ class MatmulLib:
         self._blas = None
 
     def plan(self, dtype, m: int, n: int, k: int, batch: int, sa: int, sb: int, ta: bool = False, lda: int = 0,
-             tb: bool = False, ldb: int = 0, epi: tuple = _NO_EPILOGUE) -> _Plan:
+             tb: bool = False, ldb: int = 0, epi: tuple = _NO_EPILOGUE, ldc: int = 0) -> _Plan:
         """The plan of ``A (m x k) @ B (k x n)`` per batch entry: batch strides ``sa``, ``sb``;
         ``ta``/``tb``: the operand is stored transposed (column-major) with leading dimension
         ``lda``/``ldb`` (0: contiguous row-major); ``epi``: (bias, residual, act) of a
-        ``MatmulEpilogue``."""
+        ``MatmulEpilogue``; ``ldc``: the result's row stride (0: n)."""
         tf32 = _allow_tf32 and dtype == dt.float32
-        key = (dtype, m, n, k, batch, sa, sb, tf32, ta, lda, tb, ldb, epi)
+        key = (dtype, m, n, k, batch, sa, sb, tf32, ta, lda, tb, ldb, epi, ldc)
         p = self.plans.get(key)
         if p is None:
-            p = self.plans[key] = self._make(dtype, m, n, k, batch, sa, sb, tf32, ta, lda or k, tb, ldb or n, epi)
+            p = self.plans[key] = self._make(dtype, m, n, k, batch, sa, sb, tf32, ta, lda or k, tb, ldb or n, epi,
+                                                 ldc or n)
         return p
 
     def _make(self, dtype, m, n, k, batch, sa, sb, tf32, ta=False, lda=0, tb=False, ldb=0,
-              epi: tuple = _NO_EPILOGUE) -> _Plan:
+              epi: tuple = _NO_EPILOGUE, ldc: int = 0) -> _Plan:
         lt, cublas = self.lt, self.cublas
         ct = cublas.ComputeType
         name = C.dname(dtype)
@@ -113,7 +116,8 @@ class MatmulLib:
         ldb, lda = ldb or n, lda or k
         p.a = self._layout(dtype_id, k, n, ldb, batch, sb) if tb else self._layout(dtype_id, n, k, ldb, batch, sb)
         p.b = self._layout(dtype_id, m, k, lda, batch, sa) if ta else self._layout(dtype_id, k, m, lda, batch, sa)
-        p.c = self._layout(dtype_id, n, m, n, batch, m * n)
+        ldc = ldc or n
+        p.c = self._layout(dtype_id, n, m, ldc, batch, m * ldc)
         pref = lt.matmul_preference_create()
         try:
             self._set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref,
@@ -302,15 +306,31 @@ def matmul(lane, prim, ins, outs) -> None:
         pb, sb, tb, ldb = _operand(lane, b, dtype, batch_shape, (K, N), temps)
         if C.dname(dtype) in _CUDA_TYPE:
             lib = _lib(lane.ctx)
-            if prim.__class__ is MatmulEpilogue:
-                epi = (prim.bias, prim.residual, prim.act)
-                bias_ptr = _dense(lane, ins[2], dtype, temps) if prim.bias else 0
-                r_ptr = _dense(lane, ins[2 + prim.bias], dtype, temps) if prim.residual else 0
+            epi = (prim.bias, prim.residual, prim.act) if prim.__class__ is MatmulEpilogue else _NO_EPILOGUE
+            bias_ptr = _dense(lane, ins[2], dtype, temps) if epi[0] else 0
+            r_ptr = _dense(lane, ins[2 + epi[0]], dtype, temps) if epi[1] else 0
+            per = 16 // dtype.itemsize
+            if N % per and N >= _PAD_MIN_N and batch == 1 and not epi[1]:
+                # A width that is not a multiple of 16 bytes (GPT-2's 50,257 logits) leaves cuBLASLt
+                # only slow kernels: 84 us for GPT-2 small's head at 16 tokens, against 19.6 at 50,264
+                # or 50,240 (H200, tools/probe_head.py), padded output rows or not. So the first
+                # N - N % per columns are one product and the last few another, both into rows padded
+                # to 16 bytes, and one copy packs them.
+                isz = dtype.itemsize
+                ldc = -(-N // per) * per
+                n1 = N - N % per
+                ldb = ldb or N
+                tmp = lane.ctx.memory.raw_alloc(M * ldc * isz, lane.stream, "matmul")
+                temps.append(tmp)
+                p = lib.plan(dtype, M, n1, K, batch, sa, sb, ta, lda, tb, ldb, epi, ldc)
+                lib.run(lane, p, pa, pb, tmp, 0, bias_ptr)
+                p = lib.plan(dtype, M, N - n1, K, batch, sa, sb, ta, lda, tb, ldb, epi, ldc)
+                lib.run(lane, p, pa, pb + (n1 * ldb if tb else n1) * isz, tmp + n1 * isz, 0,
+                        bias_ptr + n1 * isz if bias_ptr else 0)
+                strided_copy(lane, out.ptr, dtype, tmp, dtype, (M, N), (ldc, 1), (N, 1))
+            else:
                 p = lib.plan(dtype, M, N, K, batch, sa, sb, ta, lda, tb, ldb, epi)
                 lib.run(lane, p, pa, pb, out.ptr, r_ptr, bias_ptr)
-            else:
-                p = lib.plan(dtype, M, N, K, batch, sa, sb, ta, lda, tb, ldb)
-                lib.run(lane, p, pa, pb, out.ptr)
         else:
             _int_matmul(lane, dtype, pa, sa, pb, sb, out.ptr, M, N, K, batch)
     finally:

@@ -6,7 +6,8 @@ at B=1 and B=8, as ``anchors/probe_gpt2.py`` measured the peers; on the CPU a sm
 Every row gets the same seeded weights (:func:`laneflow.models.gpt2.numpy_params`, rounded once to the
 case's dtype) and the same ids.
 
-Rows: ``laneflow eager, first call`` (one sample: the first forward of these shapes in this process,
+Rows, for the model written with ``lf.nn`` (fused layer norms and attention, "laneflow lf.nn ...")
+and with plain numpy-style ops ("laneflow ..."): ``laneflow eager, first call`` (one sample: the first forward of these shapes in this process,
 graph building and any kernel compile included; what a plan cache's miss will cost), ``laneflow
 eager`` on 1 and on several lanes (later calls, one ``lf.eval`` each; a cache hit), ``laneflow
 compiled`` (``lf.compile`` with the weights as arguments), ``... weights captured`` (closed over) and
@@ -38,7 +39,6 @@ from ...models import gpt2 as model
 from .. import laneflow_impls as lfi
 from ..harness import Case, Result, compare, skipped, suite
 from ..peers import PeerUnavailable
-from ..peers.torch_peer import hf_gpt2_logits
 from .common import SEED, dtype
 
 #: The CPU size: a small GPT-2-like model the project's CPU target compares with the same code in numpy.
@@ -47,6 +47,8 @@ CPU_CONFIG = model.GPT2Config(n_layer=4, n_embd=64, n_head=4, vocab_size=1024, n
 HF_RTOL = 1e-4
 HF_CHECK = "check: laneflow float32 = transformers float32"
 DEVICE_IDS = "laneflow compiled, weights captured, ids from a device op"
+#: The rows of the model written with lf.nn (``models.gpt2.NN_OPS``) read "laneflow lf.nn ..."
+NN_TAG = "lf.nn"
 
 
 @suite("gpt2", "GPT-2 forward (logits of B x T tokens): GPT-2 small in bf16 on a GPU, a small model on the CPU")
@@ -74,12 +76,24 @@ def _case(ctx, cfg: model.GPT2Config, weights: dict, B: int, T: int, dt: np.dtyp
     names = list(weights)
     inputs = [ids] + [weights[k] for k in names]
 
+    rows = []
+    for ops, tag in ((model.NN_OPS, NN_TAG), (model.LANEFLOW_OPS, "")):
+        rows += _laneflow_rows(ctx, case, cfg, names, inputs, ids, ops, tag)
+    results = ctx.run_case(case, "gpt2", rows)
+    if "torch" in ctx.peers and lfi.unavailable(ctx.device) is None:
+        results.append(_transformers_check(case, ctx.device, cfg, weights, ids))
+    return results
+
+
+def _laneflow_rows(ctx, case: Case, cfg, names: list, inputs: list, ids: np.ndarray, ops, tag: str) -> list:
+    """laneflow's rows for the model written with ``ops`` (``tag`` marks the row names: the lf.nn
+    model's rows read ``laneflow lf.nn ...``, the plain-op model's ``laneflow ...``)."""
     def program(ids, *ws):
-        return model.forward(dict(zip(names, ws)), ids, cfg)
+        return model.forward(dict(zip(names, ws)), ids, cfg, ops)
 
     def make(ws):
         params = dict(zip(names, ws))
-        return lambda ids: model.forward(params, ids, cfg)
+        return lambda ids: model.forward(params, ids, cfg, ops)
 
     why = lfi.unavailable(ctx.device)
     rows = [] if why is not None else [_first_call(case, ctx.device, ctx.floors, program, inputs)]
@@ -87,11 +101,15 @@ def _case(ctx, cfg: model.GPT2Config, weights: dict, B: int, T: int, dt: np.dtyp
     if why is None:
         rows.append(lfi.guard(case, "laneflow compiled, weights captured", ctx.lanes,
                               lambda: lfi.compiled_captured(case, ctx.device, make, [ids], inputs[1:], ctx.lanes)))
-        rows.append(lfi.guard(case, DEVICE_IDS, ctx.lanes, lambda: _device_ids(case, ctx, make, ids, inputs[1:])))
-    results = ctx.run_case(case, "gpt2", rows)
-    if "torch" in ctx.peers and why is None:
-        results.append(_transformers_check(case, ctx.device, cfg, weights, ids))
-    return results
+        if not tag:
+            rows.append(lfi.guard(case, DEVICE_IDS, ctx.lanes, lambda: _device_ids(case, ctx, make, ids, inputs[1:])))
+    if tag:
+        for r in rows:
+            if isinstance(r, Result):
+                r.impl = r.impl.replace("laneflow", "laneflow " + tag, 1)
+            else:
+                r.name = r.name.replace("laneflow", "laneflow " + tag, 1)
+    return rows
 
 
 def _device_ids(case: Case, ctx, make, ids: np.ndarray, weights: list):
@@ -137,6 +155,8 @@ def _first_call(case: Case, device, floors, program, inputs) -> Result:
 
 def _transformers_check(case: Case, device, cfg: model.GPT2Config, weights: dict, ids: np.ndarray) -> Result:
     """laneflow's float32 logits against transformers' float32 logits (on the CPU), same weights."""
+
+    from ..peers.torch_peer import hf_gpt2_logits  # (here: torch_peer imports the suites)
 
     w32 = {k: v.astype(np.float32) for k, v in weights.items()}
     try:
