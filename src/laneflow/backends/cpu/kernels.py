@@ -18,7 +18,7 @@ import numpy as np
 from ...dtypes import bfloat16, float16, float32, float64, inside_range
 from ...shapes import is_contiguous
 from ...ops.table import ELEMENTWISE, REDUCTIONS, compute_in as _compute
-from ...ops.primitives import Matmul
+from ...ops.primitives import MatmulEpilogue
 from . import philox
 from .linalg import linalg
 
@@ -133,7 +133,7 @@ def matmul(lane, prim, ins, outs):
     acc = _accumulator(out.dtype)  # the result dtype; float32 for the half types
     a, b = (x.astype(acc, copy=False) for x in ins[:2])
     r = np.matmul(a, b)
-    if prim.__class__ is not Matmul:  # an epilogue (graph/epilogue.py): in the accumulator, rounded once
+    if prim.__class__ is MatmulEpilogue:  # an epilogue (graph/epilogue.py): in the accumulator, rounded once
         k = 2
         if prim.bias:
             r += ins[k].astype(acc, copy=False)
