@@ -223,3 +223,19 @@ def test_bench_gpt2_quick_runs_and_every_row_agrees(tmp_path):
         assert r["status"] == "ok" and r["matches"] is True, r
         assert r["max_abs_diff"] < 1e-5 and r["bytes"] > 0 and r["floor_us"] > 0
     assert "laneflow eager, first call" in p.stdout
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (lf.bfloat16, 5e-2)])
+def test_the_lf_nn_model_matches_the_reference_and_the_plain_model(device, rng, dtype, rtol):
+    """The forward written with lf.nn (fused norms, attention and epilogues) against the float64
+    reference, eager and compiled."""
+    weights, ids = fresh(rng)
+    want = gpt2.reference_forward(weights, ids, CFG)
+    with lf.stream(device):
+        P = gpt2.to_laneflow(weights, dtype)
+        ids_a = lf.array(ids)
+        got = np.asarray(gpt2.forward(P, ids_a, CFG, gpt2.NN_OPS)).astype(np.float64)
+        assert_close(got, want, rtol)
+        f = lf.compile(lambda ids: gpt2.forward(P, ids, CFG, gpt2.NN_OPS))
+        for _ in range(2):
+            assert_close(np.asarray(f(ids_a)).astype(np.float64), want, rtol)
