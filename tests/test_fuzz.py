@@ -1,6 +1,7 @@
 """Differential fuzzing: random programs run on laneflow and on numpy must agree.
 
-Each program (5-40 steps: elementwise ops, reductions, matmul, reshape/transpose, slicing, slice
+Each program (5-40 steps: elementwise ops, reductions, matmul (whose adds may become epilogues),
+lf.nn norms and activations, reshape/transpose, slicing, slice
 assignment, rebinding that frees old values (so buffers are reused in place), aliasing, evals at
 random points, and uses across 1-3 streams of 1-4 lanes) runs three ways:
 
@@ -19,6 +20,7 @@ pytest's ``--fuzz-programs``) sets the number of programs (default 300; e.g. 100
 
 from __future__ import annotations
 
+import math
 import os
 from unittest import mock
 
@@ -35,6 +37,27 @@ UNARY_F = ["tanh", "sin", "abs", "negative", "square", "exp"]
 UNARY_I = ["abs", "negative", "square"]
 BINARY = ["add", "subtract", "multiply", "maximum", "minimum"]
 REDUCE = ["sum", "max", "min"]
+#: lf.nn steps (float programs): a reduction with its elementwise neighbours in one kernel, activations
+NN = ["layer_norm", "rms_norm", "gelu_tanh", "silu"]
+
+
+def _nn_ref(name: str, x: np.ndarray) -> np.ndarray:
+    """numpy's value of an lf.nn step, computed as the CPU kernels compute it (bit for bit)."""
+    t = x.dtype.type
+    if name == "layer_norm":
+        xc = x - x.mean(axis=-1, keepdims=True)
+        return xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + t(1e-5))
+    if name == "rms_norm":
+        return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + t(1e-6))
+    if name == "silu":
+        return x / (t(1.0) + np.exp(-x))
+    return t(0.5) * x * (t(1.0) + np.tanh(t(math.sqrt(2 / math.pi)) * (x + t(0.044715) * x * x * x)))
+
+
+def _nn_step(name: str, x, stream):
+    if name in ("layer_norm", "rms_norm"):
+        return getattr(lf.nn, name)(x, stream=stream)
+    return lf.nn.gelu(x, approximate="tanh", stream=stream) if name == "gelu_tanh" else lf.nn.silu(x, stream=stream)
 
 #: The step grammar: kind -> the ranges of its integer fields (the last picks the stream).
 STEP_KINDS = {
@@ -50,6 +73,7 @@ STEP_KINDS = {
     "rebind": [(0, 5), (0, 99), (0, 2)],
     "alias": [(0, 99)],
     "concat": [(0, 99), (0, 99), (0, 2)],
+    "nn": [(0, 3), (0, 99), (0, 2)],
     "eval": [(0, 99), (0, 99)],
     "async_eval": [(0, 99)],
 }
@@ -186,6 +210,13 @@ def run_steps(pool: Pool, steps, dtype) -> None:
             if a.ndim != b.ndim or a.ndim == 0 or a.shape[1:] != b.shape[1:]:
                 continue
             pool.push(lf.concatenate([pool.lf[i], pool.lf[j]], axis=0, stream=stream), np.concatenate([a, b]))
+        elif kind == "nn":
+            i = pool.pick(s[2])
+            r = pool.np[i]
+            if is_int or r.ndim == 0 or r.shape[-1] == 0:
+                continue
+            name = NN[s[1]]
+            pool.push(_nn_step(name, pool.lf[i], stream), _nn_ref(name, r))
         elif kind == "eval":
             lf.eval(pool.lf[pool.pick(s[1])], pool.lf[pool.pick(s[2])])
         elif kind == "async_eval":
