@@ -1,6 +1,6 @@
 """Where the host time of a GPT-2 small eager forward goes: cProfile over repeated forwards.
 
-    python tools/profile_gpt2.py [--device gpu|cpu] [--batch 1] [--tokens 16] [--steps 5] [--fake]
+    python tools/profile_gpt2.py [--device gpu|cpu] [--batch 1] [--tokens 16] [--steps 5] [--fake] [--nn] [--uncached]
 
 Prints the wall time per forward, the commands per forward, and the top functions by own time and by
 cumulative time. ``--fake`` runs the CUDA backend on the fake driver (tests/doubles/fake_cuda.py), so
@@ -28,6 +28,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lanes", type=int, default=1)
     ap.add_argument("--fake", action="store_true")
+    ap.add_argument("--nn", action="store_true", help="the model written with lf.nn (models.gpt2.NN_OPS)")
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--uncached", action="store_true", help="bypass the plan cache (every forward a first sighting)")
     a = ap.parse_args()
@@ -50,9 +51,11 @@ def main() -> int:
     lf.eval(list(params.values()))
     ids = lf.array(np.random.default_rng(0).integers(0, cfg.vocab_size, (a.batch, a.tokens)), stream=st)
 
+    ops = gpt2.NN_OPS if a.nn else gpt2.LANEFLOW_OPS
+
     def step():
         with lf.stream(st):
-            y = gpt2.forward(params, ids, cfg)
+            y = gpt2.forward(params, ids, cfg, ops)
         lf.eval(y)
         return y
 
@@ -68,7 +71,7 @@ def main() -> int:
     for _ in range(a.steps):  # the same forwards, split into graph building and lf.eval
         t0 = time.perf_counter()
         with lf.stream(st):
-            y = gpt2.forward(params, ids, cfg)
+            y = gpt2.forward(params, ids, cfg, ops)
         t1 = time.perf_counter()
         lf.eval(y)
         build, run = build + t1 - t0, run + time.perf_counter() - t1

@@ -114,7 +114,10 @@ class _FakeLt:
         BATCH_COUNT, STRIDED_BATCH_OFFSET = 1, 2
 
     class MatmulDescAttribute:
-        TRANSA, TRANSB = 3, 4
+        TRANSA, TRANSB, EPILOGUE, BIAS_POINTER = 3, 4, 7, 8
+
+    class Epilogue:
+        BIAS, GELU_BIAS = 4, 36
 
     matmul_heuristic_result_dtype = np.dtype([("algo", "u1", 64), ("workspace_size", "u8")])
 
