@@ -31,6 +31,9 @@ from . import fusion
 from .node import ArrayData
 
 
+_PRIMS: dict = {}
+
+
 def _product(m, e: ArrayData, pos: dict):
     """``m`` when it is a product ``e`` may absorb, else None."""
     if (type(m) is ArrayData and m.buffer is None and m in pos and m.users == 1 and m.arrays == 0
@@ -51,8 +54,12 @@ def _absorb(e: ArrayData, m: ArrayData, extra: tuple, bias: bool, residual: bool
         ins.append(rest.pop(0) if old_bias else extra[0])
     if old_res or residual:
         ins.append(rest.pop(0) if old_res else extra[-1])
-    e.prim = MatmulEpilogue(old_bias or bias, old_res or residual, act if act is not None else
-                            (p.act if p.__class__ is MatmulEpilogue else None))
+    key = (old_bias or bias, old_res or residual, act if act is not None else
+           (p.act if p.__class__ is MatmulEpilogue else None))
+    prim = _PRIMS.get(key)
+    if prim is None:  # one primitive per kind of epilogue: its cache key is computed once
+        prim = _PRIMS[key] = MatmulEpilogue(*key)
+    e.prim = prim
     # e reads m's operands instead of m: m loses its one user, its inputs change reader
     m.users -= 1
     e.inputs = tuple(ins)

@@ -20,7 +20,8 @@ Checks: every row's logits against a float32 numpy reference written independent
 bits, rounded at every op of 12 blocks; the harness's default for 2-byte floats) and 5e-3 for float32
 (allows TF32 matmuls, which JAX uses on GPUs by default). With the torch peer and transformers
 importable, a row ``check: laneflow float32 = transformers float32`` runs one forward of the case
-through both in float32 on the same weights (the bfloat16-rounded ones on the GPU) and requires
+through both in float32 on the same weights (the bfloat16-rounded ones on the GPU), for the plain-op
+model and for the lf.nn model ("check: laneflow lf.nn float32 = ..."), and requires
 1e-4 x max |logit|; its ``max |diff|`` column is the figure.
 
 Floor: ``bytes`` is what one forward must move: every weight read once (249 MB in bfloat16 for GPT-2
@@ -81,7 +82,8 @@ def _case(ctx, cfg: model.GPT2Config, weights: dict, B: int, T: int, dt: np.dtyp
         rows += _laneflow_rows(ctx, case, cfg, names, inputs, ids, ops, tag)
     results = ctx.run_case(case, "gpt2", rows)
     if "torch" in ctx.peers and lfi.unavailable(ctx.device) is None:
-        results.append(_transformers_check(case, ctx.device, cfg, weights, ids))
+        for ops, tag in ((model.LANEFLOW_OPS, ""), (model.NN_OPS, NN_TAG)):
+            results.append(_transformers_check(case, ctx.device, cfg, weights, ids, ops, tag))
     return results
 
 
@@ -153,22 +155,24 @@ def _first_call(case: Case, device, floors, program, inputs) -> Result:
     return res
 
 
-def _transformers_check(case: Case, device, cfg: model.GPT2Config, weights: dict, ids: np.ndarray) -> Result:
-    """laneflow's float32 logits against transformers' float32 logits (on the CPU), same weights."""
-
+def _transformers_check(case: Case, device, cfg: model.GPT2Config, weights: dict, ids: np.ndarray,
+                        ops=None, tag: str = "") -> Result:
+    """laneflow's float32 logits (the model written with ``ops``) against transformers' float32 logits
+    (on the CPU), same weights."""
     from ..peers.torch_peer import hf_gpt2_logits  # (here: torch_peer imports the suites)
 
+    label = HF_CHECK.replace("laneflow", "laneflow " + tag, 1) if tag else HF_CHECK
     w32 = {k: v.astype(np.float32) for k, v in weights.items()}
     try:
         theirs = hf_gpt2_logits(cfg, w32, ids)
     except PeerUnavailable as e:
-        return skipped(case, HF_CHECK, str(e))
-    res = Result(case.suite, case.name, HF_CHECK, lanes=1, checked=True,
+        return skipped(case, label, str(e))
+    res = Result(case.suite, case.name, label, lanes=1, checked=True,
                  note="one float32 forward of these ids through both; transformers on the CPU")
     try:
         s = lf.new_stream(device, lanes=1)
         with lf.stream(s):
-            ours = np.asarray(model.forward(model.to_laneflow(w32, lf.float32), ids, cfg))
+            ours = np.asarray(model.forward(model.to_laneflow(w32, lf.float32), ids, cfg, ops))
         s.close()
         _judge(res, compare(ours, theirs), HF_RTOL)
         res.extra["max_abs_logit"] = round(float(np.max(np.abs(theirs))), 4)
