@@ -12,6 +12,7 @@ import laneflow as lf
 from laneflow.graph import fusion
 from laneflow.runtime.backend import backend_for
 from conftest import random_array
+from test_fusion import _run as fusion_run
 
 BF16 = lf.bfloat16
 TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float16): 4e-3, np.dtype(BF16): 3e-2}
@@ -22,16 +23,9 @@ def _gelu(z):
 
 
 def _run(device, build, arrays):
-    """(host results, commands) of ``build(*arrays)`` evaluated at once."""
-    with lf.stream(lf.new_stream(device)):
-        xs = [lf.array(a) for a in arrays]
-        lf.eval(*xs)
-        outs = build(*xs)
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        lf.reset_stats()
-        lf.eval(*outs)
-        n = lf.stats()["commands"]
-        return [np.asarray(o).astype(np.float64) for o in outs], n
+    """(host results as float64, commands) of ``build(*arrays)`` evaluated at once (test_fusion's helper)."""
+    res, n = fusion_run(device, build, arrays)
+    return [r.astype(np.float64) for r in res], n
 
 
 def _data(rng, dtype, *shapes):
