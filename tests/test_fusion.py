@@ -337,11 +337,12 @@ def test_layer_norm_with_broadcast_statistics_and_parameters_fuses(fused, rng, d
     def ln(x, g, b):
         m = lf.mean(x, axis=-1, keepdims=True)
         v = lf.var(x, axis=-1, keepdims=True)
+        lf.eval(m, v)  # (pending statistics would join a row program: tests/test_rowfusion.py)
         return (x - m) / lf.sqrt(v + 1e-5) * g + b
     (got,), n = _run(fused, ln, [x, g, b])
     (want,), m = _unfused(fused, ln, [x, g, b], monkeypatch)
-    # mean, var; (v + eps) and sqrt on the (8, 1) statistics; subtract, divide, multiply, add on (8, 48)
-    assert (n, m) == (4, 8)
+    # (v + eps) and sqrt on the (8, 1) statistics; subtract, divide, multiply, add on (8, 48)
+    assert (n, m) == (2, 6)
     np.testing.assert_array_equal(got, want)
 
 

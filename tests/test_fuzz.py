@@ -1,7 +1,8 @@
 """Differential fuzzing: random programs run on laneflow and on numpy must agree.
 
 Each program (5-40 steps: elementwise ops, reductions, matmul (whose adds may become epilogues),
-lf.nn norms and activations, reshape/transpose, slicing, slice
+lf.nn norms and activations, row programs written as plain ops (reductions with their elementwise
+neighbours), reshape/transpose, slicing, slice
 assignment, rebinding that frees old values (so buffers are reused in place), aliasing, evals at
 random points, and uses across 1-3 streams of 1-4 lanes) runs three ways:
 
@@ -54,6 +55,28 @@ def _nn_ref(name: str, x: np.ndarray) -> np.ndarray:
     return t(0.5) * x * (t(1.0) + np.tanh(t(math.sqrt(2 / math.pi)) * (x + t(0.044715) * x * x * x)))
 
 
+#: Row programs written as plain ops (graph/rowfusion.py fuses each into one kernel): a reduction over
+#: the last axis with elementwise producers and consumers.
+ROWS = ["centre_scale", "softmax_masked", "normalise_abs", "layer_norm_plain"]
+
+
+def _row_step(xp, name: str, x, y, softmax):
+    """The row program ``name`` over ``x`` (and ``y``, broadcast against it) in namespace ``xp``."""
+    if name == "centre_scale":
+        return (x * 0.5 - x.mean(axis=-1, keepdims=True)) * x.max(axis=-1, keepdims=True)
+    if name == "softmax_masked":
+        return softmax(x * 0.25 + y, axis=-1)
+    if name == "normalise_abs":
+        return x / (xp.abs(x) + 1).sum(axis=-1, keepdims=True)
+    xc = x - x.mean(axis=-1, keepdims=True)
+    return xc / xp.sqrt((xc * xc).mean(axis=-1, keepdims=True) + 1e-5) * y + 0.5
+
+
+def _np_softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return (e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype)
+
+
 def _nn_step(name: str, x, stream):
     if name in ("layer_norm", "rms_norm"):
         return getattr(lf.nn, name)(x, stream=stream)
@@ -74,6 +97,7 @@ STEP_KINDS = {
     "alias": [(0, 99)],
     "concat": [(0, 99), (0, 99), (0, 2)],
     "nn": [(0, 3), (0, 99), (0, 2)],
+    "rows": [(0, 3), (0, 99), (0, 99), (0, 2)],
     "eval": [(0, 99), (0, 99)],
     "async_eval": [(0, 99)],
 }
@@ -217,6 +241,21 @@ def run_steps(pool: Pool, steps, dtype) -> None:
                 continue
             name = NN[s[1]]
             pool.push(_nn_step(name, pool.lf[i], stream), _nn_ref(name, r))
+        elif kind == "rows":
+            i, j = pool.pick(s[2]), pool.pick(s[3])
+            r, q = pool.np[i], pool.np[j]
+            if is_int or r.ndim == 0 or r.shape[-1] == 0 or q.ndim > r.ndim:
+                continue
+            try:
+                if np.broadcast_shapes(r.shape, q.shape) != r.shape:
+                    continue
+            except ValueError:
+                continue
+            name = ROWS[s[1]]
+            with lf.stream(stream):
+                a = _row_step(lf, name, pool.lf[i], pool.lf[j], lf.softmax)
+            with np.errstate(all="ignore"):
+                pool.push(a, _row_step(np, name, r, q, _np_softmax))
         elif kind == "eval":
             lf.eval(pool.lf[pool.pick(s[1])], pool.lf[pool.pick(s[2])])
         elif kind == "async_eval":

@@ -40,6 +40,11 @@ def set_enabled(on: bool) -> None:
     _enabled = bool(on)
 
 
+def enabled() -> bool:
+    """Whether fusion (elementwise, row programs, matmul epilogues) is on."""
+    return _enabled
+
+
 _KINDS = ("elementwise", "astype")
 
 

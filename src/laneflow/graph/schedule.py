@@ -14,6 +14,7 @@ from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
 from .epilogue import fold as fold_epilogues
 from .fusion import FusedNode, fuse
+from .rowfusion import fuse_rows
 from .grouping import Group, group_matmuls
 from .node import ArrayData, LazyData
 from .views import fold
@@ -109,11 +110,13 @@ def execute(order: list) -> None:
 
 def passes(order: list) -> list | None:
     """The scheduling passes over pending nodes in dependency order: matmul grouping, matmul
-    epilogues (``graph/epilogue.py``), elementwise fusion, then layout folding (``graph/views.py``). Returns the new item list, or None when neither changed anything. Eager
+    epilogues (``graph/epilogue.py``), row programs (``graph/rowfusion.py``), elementwise fusion, then layout folding (``graph/views.py``). Returns the new item list, or None when neither changed anything. Eager
     evaluation and compiled plans both run this, so both run the same kernels."""
     items = group_matmuls(order)
     absorbed = fold_epilogues(order if items is None else items)
     items = absorbed if absorbed is not None else items
+    rows = fuse_rows(order if items is None else items)
+    items = rows if rows is not None else items
     fused = fuse(order if items is None else items)
     items = fused if fused is not None else items
     folded = fold(order if items is None else items)

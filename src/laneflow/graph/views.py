@@ -38,7 +38,7 @@ _enabled = os.environ.get("LANEFLOW_VIEWS", "") != "0"
 #: The layout kinds that are views of their input.
 LAYOUT = frozenset(("reshape", "transpose", "broadcast_to", "getitem", "strided"))
 #: Consumer kinds that may read an input through a view (every backend takes contiguous views there).
-FOLDS_INTO = frozenset(("elementwise", "astype", "fused", "reduce", "argreduce", "softmax", "logsumexp", "matmul",
+FOLDS_INTO = frozenset(("elementwise", "astype", "fused", "rowfused", "reduce", "argreduce", "softmax", "logsumexp", "matmul",
                         "norm", "attention"))
 
 
@@ -239,7 +239,7 @@ def _fold_into_fused(f, views: dict) -> bool:
         v = views.get(i)
         if v is None or vs[pos] is not None or i in swap:
             continue
-        if not (is_contiguous(i.shape, v[1]) or "fused" in backend.strided_kinds):
+        if not (is_contiguous(i.shape, v[1]) or f.prim.kind in backend.strided_kinds):
             continue
         if f.inputs.count(i) != 1:
             continue

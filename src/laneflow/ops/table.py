@@ -210,7 +210,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("constant"),
     Kind("elementwise", validated=_elementwise_validated, fuses=True),
     Kind("astype", fuses=True),
-    Kind("fused"),
+    Kind("fused"), Kind("rowfused"),
     Kind("reduce"), Kind("argreduce"), Kind("softmax"), Kind("logsumexp"), Kind("norm"), Kind("attention"),
     Kind("matmul"), Kind("matmul_group"),
     Kind("reshape"), Kind("transpose"), Kind("broadcast_to"), Kind("strided"), Kind("concatenate"),

@@ -66,7 +66,7 @@ class CPUBackend(Backend):
     #: (The attention kernel copies its operands before its products, so it takes views too.)
     #: float matmuls run epilogues (graph/epilogue.py)
     matmul_epilogues = frozenset(np.dtype(d) for d in ("float16", "float32", "float64")) | {bfloat16}
-    strided_kinds = frozenset(("elementwise", "astype", "fused", "reduce", "argreduce", "softmax", "logsumexp",
+    strided_kinds = frozenset(("elementwise", "astype", "fused", "rowfused", "reduce", "argreduce", "softmax", "logsumexp",
                                "norm", "attention"))
 
     def strided_view(self, data: np.ndarray, view: tuple) -> np.ndarray:

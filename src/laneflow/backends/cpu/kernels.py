@@ -70,6 +70,26 @@ def fused(lane, prim, ins, outs):
         vals[j] = out
 
 
+def rowfused(lane, prim, ins, outs):
+    """A row program (graph/rowfusion.py) as its members' own kernels, one after another: one command
+    instead of one per op, and the unfused results bit for bit. Full-shape steps have the shape
+    ``lead + (n,)``, per-row ones ``lead + (1,)``."""
+    lead = outs[0].shape[:-1]
+    steps = prim.steps
+    last = len(steps) - 1
+    vals: list = [None] * len(steps)
+    for j, (kind, op, operands, dtype, full) in enumerate(steps):
+        args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
+        out = outs[0] if j == last else np.empty(lead + ((prim.n,) if full else (1,)), dtype)
+        if kind == "elementwise":
+            _apply(op, args, out)
+        elif kind == "astype":
+            np.copyto(out, args[0], casting="unsafe")
+        else:  # a reduction or softmax over the last axis: the member's own primitive says how
+            (reduce if kind == "reduce" else softmax)(lane, op, args, [out])
+        vals[j] = out
+
+
 def astype(lane, prim, ins, outs):
     np.copyto(outs[0], ins[0], casting="unsafe")
 
@@ -309,7 +329,7 @@ def copy(lane, prim, ins, outs):
 #: The CPU kernel of every primitive kind of the op table (``ops/table.py: KINDS``), registered here
 #: and only here. ``constant`` needs none: its data is the buffer (``Backend.upload``).
 KERNELS = {
-    "elementwise": elementwise, "astype": astype, "fused": fused,
+    "elementwise": elementwise, "astype": astype, "fused": fused, "rowfused": rowfused,
     "reduce": reduce, "argreduce": argreduce, "softmax": softmax, "logsumexp": logsumexp,
     "norm": norm, "attention": attention, "matmul": matmul, "matmul_group": matmul_group,
     "reshape": reshape, "transpose": transpose, "broadcast_to": broadcast_to, "strided": strided,

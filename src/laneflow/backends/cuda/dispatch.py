@@ -19,6 +19,7 @@ from .kernels import index as _index
 from .kernels import norm as _norm
 from .kernels import random as _random
 from .kernels import reduce as _reduce
+from .kernels import rowfused as _rowfused
 
 #: The CUDA kernel of every primitive kind of the op table (``ops/table.py: KINDS``), registered here
 #: and only here. ``constant`` needs none: ``Backend.upload`` copies host data.
@@ -26,6 +27,7 @@ KERNELS = {
     "elementwise": _ew.elementwise,
     "astype": _ew.astype,
     "fused": _fused.fused,
+    "rowfused": _rowfused.rowfused,
     "reduce": _reduce.reduce,
     "argreduce": _reduce.argreduce,
     "softmax": _reduce.softmax,
