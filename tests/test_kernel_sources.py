@@ -285,3 +285,50 @@ def test_the_vector_kernel_serves_aligned_launches_and_the_grid_stride_kernel_th
     F.fused(lane, prim, [_arr((64, 16), 7 << 20), _arr((64, 16), (8 << 20) + 8)], [_arr((64, 16), 9 << 20)])
     assert mods.built == ["fusedv", "fused"], mods.built   # compiled once each
     assert [k for k, _ in mods.launched[-3:]] == ["fusedv", "fused", "fused"], mods.launched[-3:]
+
+
+def _row_programs(dtype):
+    """The row programs (graph/rowfusion.py) of a few plain-op graphs, formed on CPU arrays."""
+    from laneflow.graph import schedule
+    from laneflow.graph.rowfusion import RowFused
+
+    x = lf.array(np.linspace(-1, 1, 6 * 4 * 40).reshape(6, 4, 40).astype(dtype))
+    w = lf.array(np.ones(40, dtype))
+    m = lf.array(np.zeros((4, 40), dtype))
+    c = lf.array(np.ones((6, 4, 1), dtype))
+    lf.eval(x, w, m, c)
+
+    def layer_norm(x):  # (xc must die before the eval: a live array keeps its value out of a group)
+        xc = x - x.mean(axis=-1, keepdims=True)
+        return xc / lf.sqrt((xc * xc).mean(axis=-1, keepdims=True) + 1e-5) * w + 0.5
+    roots = [layer_norm(x),
+             lf.softmax(x * 0.125 + m, axis=-1),  # scale and mask
+             lf.exp(x - x.max(axis=-1, keepdims=True)) / c,  # a per-row input
+             (x * x).sum(axis=-1, keepdims=True) * (x.min(axis=-1, keepdims=True) - 1)]  # per-row roots
+    for r in roots:
+        items = schedule.passes(schedule.toposort([r._data]))
+        found = [it for it in items or () if isinstance(getattr(it, "prim", None), RowFused)]
+        assert len(found) == 1, r
+        yield found[0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("general", [False, True])
+def test_row_program_kernels_compile(dtype, general, monkeypatch):
+    """Row programs of a layer norm, a masked softmax, a per-row input and per-row roots, for each
+    float dtype, with inputs read as rows/columns/weights and through general strides."""
+    from laneflow import dtypes as dt
+    from laneflow.backends.cuda.kernels import rowfused as R
+    from laneflow.graph import fusion
+
+    monkeypatch.setattr(fusion, "_enabled", True)
+    d = np.dtype(getattr(dt, dtype))
+    for node in _row_programs(d):
+        full = node.root.shape[:-1] + (node.prim.n,)
+        kinds = tuple(("G" if k in "cw" else "R") if general else k
+                      for k in (R._classify(i, full)[0] for i in node.inputs))
+        gen = R._Gen(node.prim.steps, tuple(i.dtype for i in node.inputs), kinds, node.root.dtype, 2)
+        src, name, params = gen.source()
+        n_general = sum(k in "GR" for k in kinds)
+        assert params.count("D") == (1 + n_general if n_general else 0)
+        _compile(src, name)
