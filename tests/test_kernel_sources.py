@@ -332,3 +332,16 @@ def test_row_program_kernels_compile(dtype, general, monkeypatch):
         n_general = sum(k in "GR" for k in kinds)
         assert params.count("D") == (1 + n_general if n_general else 0)
         _compile(src, name)
+
+
+@pytest.mark.parametrize("update", [False, True])
+def test_dynamic_slice_kernels_compile(update):
+    """Starts read on the device (int32, int64, uint8 start arrays) mixed with static ones, 0 to 4 dims."""
+    from laneflow.backends.cuda.kernels import dynamic as D
+
+    for dtype, start_dts, dyn in ((np.float32, (), ()), (lf.bfloat16, (np.int32,), (0,)),
+                                  (np.float64, (np.int64, np.uint8), (-1, 0, 1)),
+                                  (np.int8, (np.int32,), (-1, -1, 0, -1))):
+        src, name, codes = D._build(np.dtype(dtype), tuple(np.dtype(d) for d in start_dts), dyn, len(dyn), update)
+        assert codes == "pp" + "p" * len(start_dts) + "DDDq"
+        _compile(src, name)

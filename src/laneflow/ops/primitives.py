@@ -197,6 +197,29 @@ class SetItem(Primitive):
         self.index = index
 
 
+class DynamicSlice(Primitive):
+    """``x[start : start + sizes]``: inputs (x, *start arrays). ``static[k]`` is the clamped start of
+    dimension k, or None where the next start array gives it (clamped by the kernel)."""
+
+    kind = "dynamic_slice"
+
+    def __init__(self, static: tuple, sizes: tuple):
+        super().__init__("dynamic_slice")
+        self.static, self.sizes = static, sizes
+
+
+class DynamicUpdateSlice(Primitive):
+    """``x`` with ``update`` written at ``start``: inputs (x, update, *start arrays); ``static`` as in
+    :class:`DynamicSlice`. Writes in place when nothing else can see ``x``."""
+
+    kind = "dynamic_update_slice"
+    donates = True
+
+    def __init__(self, static: tuple):
+        super().__init__("dynamic_update_slice")
+        self.static = static
+
+
 class Take(Primitive):
     kind = "take"
 

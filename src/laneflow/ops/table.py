@@ -216,6 +216,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("reshape"), Kind("transpose"), Kind("broadcast_to"), Kind("strided"), Kind("concatenate"),
     Kind("getitem", validated=_index_inputs(1)), Kind("setitem", validated=_index_inputs(2)),
     Kind("take", validated=_index_inputs(1)),
+    Kind("dynamic_slice"), Kind("dynamic_update_slice"),
     Kind("full"), Kind("arange"), Kind("linspace"), Kind("eye"),
     Kind("random"), Kind("random_split"),
     Kind("copy"), Kind("linalg"), Kind("custom"),

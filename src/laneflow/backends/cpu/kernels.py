@@ -250,6 +250,28 @@ def setitem(lane, prim, ins, outs):
     out[_index(prim, ins, 2)] = value
 
 
+def _dynamic_window(static, arrays, shape, sizes) -> tuple:
+    """Slices of a dynamic slice: each start clamped into ``[0, dim - size]`` (JAX's rule)."""
+    it = iter(arrays)
+    out = []
+    for s, n, z in zip(static, shape, sizes):
+        if s is None:
+            s = min(max(int(next(it)), 0), n - z)
+        out.append(slice(s, s + z))
+    return tuple(out)
+
+
+def dynamic_slice(lane, prim, ins, outs):
+    np.copyto(outs[0], ins[0][_dynamic_window(prim.static, ins[1:], ins[0].shape, prim.sizes)])
+
+
+def dynamic_update_slice(lane, prim, ins, outs):
+    out, base, update = outs[0], ins[0], ins[1]
+    if out is not base:
+        np.copyto(out, base)
+    out[_dynamic_window(prim.static, ins[2:], base.shape, update.shape)] = update
+
+
 def take(lane, prim, ins, outs):
     np.copyto(outs[0], np.take(ins[0], ins[1], axis=prim.axis), casting="unsafe")
 
@@ -335,6 +357,7 @@ KERNELS = {
     "reshape": reshape, "transpose": transpose, "broadcast_to": broadcast_to, "strided": strided,
     "concatenate": concatenate,
     "getitem": getitem, "setitem": setitem, "take": take,
+    "dynamic_slice": dynamic_slice, "dynamic_update_slice": dynamic_update_slice,
     "full": full, "arange": arange, "linspace": linspace, "eye": eye,
     "random": random, "random_split": random_split, "copy": copy, "linalg": linalg,
 }

@@ -13,6 +13,7 @@ from . import matmul as _matmul
 from . import linalg as _linalg
 from .kernels import attention as _attention
 from .kernels import copy as _copy
+from .kernels import dynamic as _dynamic
 from .kernels import elementwise as _ew
 from .kernels import fused as _fused
 from .kernels import index as _index
@@ -44,6 +45,8 @@ KERNELS = {
     "getitem": _index.getitem,
     "setitem": _index.setitem,
     "take": _index.take,
+    "dynamic_slice": _dynamic.dynamic_slice,
+    "dynamic_update_slice": _dynamic.dynamic_update_slice,
     "full": _copy.full,
     "arange": _copy.arange,
     "linspace": _copy.linspace,
