@@ -117,11 +117,34 @@ def _build(t: Any, it: Any) -> Any:
     return tag(*parts) if hasattr(tag, "_fields") else tag(parts)  # a namedtuple takes fields
 
 
+class _Donated:
+    """The value of an Array given up to a compiled function (``donate_argnums``): any use raises."""
+
+    __slots__ = ("arrays", "fn")
+
+    def __init__(self, fn: str):
+        self.arrays, self.fn = 1, fn
+
+    def __getattr__(self, name: str) -> Any:
+        raise CompileError(f"this array was donated to the compiled function {self.fn} (donate_argnums) and its "
+                           "buffer may have been reused: use the value that call returned instead")
+
+
+def _donatable(d: ArrayData) -> bool:
+    """Whether a call may write into ``d``'s buffer: an evaluated value that only the donated Array
+    holds, that no pending op reads, and whose memory is laneflow's alone."""
+    if d.arrays != 1 or d.users or d.siblings is not None:
+        return False
+    b = d.buffer
+    return b is not None and not b.exported and b.error is None and b.checks is None
+
+
 class CompiledFunction:
     """What :func:`compile` returns. Call it like ``fn``; ``cache_size`` counts traced signatures."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, donate_argnums: tuple = ()):
         self.fn = fn
+        self.donate_argnums = donate_argnums
         self._plans: dict = {}
         self._flat: dict = {}  # number of positional arrays -> the structure of (args, {})
         self._last: tuple | None = None  # (stream, argument values, plan) of the last call
@@ -139,6 +162,8 @@ class CompiledFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if tracer.ACTIVE[0] and tracer.tracing():
             return self.fn(*args, **kwargs)  # nested compile: inline into the outer trace
+        if self.donate_argnums:
+            return self._call_donating(args, kwargs)
         stream = current_stream()
         datas = None
         simple = False
@@ -180,7 +205,48 @@ class CompiledFunction:
         self._last = (stream, datas, plan) if simple else None
         return out
 
-    def _trace(self, leaves: list, treedef: Any) -> Plan:
+    def _call_donating(self, args: tuple, kwargs: dict) -> Any:
+        """A call that gives up the arrays of ``donate_argnums``: steps that may write in place into
+        them do (``graph/plan.py: donation``), and the given Arrays are unusable afterwards."""
+        stream = current_stream()
+        leaves, treedef = _flatten((args, kwargs), _is_array)
+        given: list[int] = []  # leaf positions of the donated arguments
+        k = 0
+        for j, a in enumerate(args):
+            n = len(_flatten(a, _is_array)[0])
+            if j in self.donate_argnums:
+                given.extend(range(k, k + n))
+            k += n
+        ids = [id(leaves[i]) for i in given]
+        if len(set(ids)) != len(ids) or any(id(a) in set(ids) for i, a in enumerate(leaves) if i not in given):
+            raise ValueError(f"compile: {self.__name__}: a donated array is passed twice; donate it once and pass "
+                             "no other reference to it")
+        datas = [a._data for a in leaves]
+        dev = stream.device
+        key = (treedef, stream.id,
+               tuple([(d.shape, d.dtype, None if d.device is dev or d.device == dev else d.device) for d in datas]))
+        try:
+            plan = self._plans.get(key)
+        except TypeError:
+            raise CompileError(f"compile: {self.__name__}: non-array arguments must be hashable (they are "
+                               "static: a new value traces again)") from None
+        if plan is None:
+            plan = self._trace(leaves, treedef, tuple(given))
+            self._plans[key] = plan
+        with _sched.LOCK:
+            pending = [d for d in datas if d.buffer is None]
+            if pending:
+                eval_cache.schedule(pending)
+            donated = frozenset(i for i in given if i in plan.inplace.values() and _donatable(datas[i]))
+        out = _replay(plan, datas, stream, True, donated)
+        name = self.__name__
+        for i in given:  # the given Arrays let go of their values, whatever happened to them
+            a = leaves[i]
+            old, a._data = a._data, _Donated(name)
+            old.arrays -= 1
+        return out
+
+    def _trace(self, leaves: list, treedef: Any, donate: tuple = ()) -> Plan:
         name = getattr(self.fn, "__name__", "function")
         params = [Array._wrap(ArrayData(a.shape, a.dtype, a._data.stream, Placeholder(i, name)))
                   for i, a in enumerate(leaves)]
@@ -196,11 +262,12 @@ class CompiledFunction:
         if out_tree == (list, tuple([_LEAF] * len(outs))):  # a flat list: returned as built
             out_tree = _FLAT_LIST.setdefault(len(outs), out_tree)
         with _sched.LOCK:  # the captured graph may be evaluated by another thread meanwhile
-            return build_plan([o._data for o in outs], holders, out_tree)
+            return build_plan([o._data for o in outs], holders, out_tree, donate)
 
 
-def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool) -> Any:
-    """One call: ``datas`` are the argument values (``evaluated``: known to be, skip the check)."""
+def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool, donated: frozenset = frozenset()) -> Any:
+    """One call: ``datas`` are the argument values (``evaluated``: known to be, skip the check);
+    ``donated``: the arguments whose buffers this call may write in place."""
     with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
         if stream._closed:
             raise CompileError(f"compile: the current stream {stream} was closed; call the function on an open "
@@ -215,7 +282,7 @@ def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool) -> Any:
         lease = None
         if unit:
             try:
-                lease = unit.run(datas, stream)
+                lease = unit.run(datas, stream, donated) if plan.inplace else unit.run(datas, stream)
                 if lease is None:
                     unit = None  # this call runs as commands (the unit said why)
             except Exception as e:  # noqa: BLE001 - capture failed: replay the commands from now on
@@ -225,7 +292,7 @@ def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool) -> Any:
                 unit = False
         if not unit:
             slots = [None] * plan.n_slots
-            replay_commands(plan, datas, slots)
+            replay_commands(plan, datas, slots, None, donated)
         results = []
         new_a = Array.__new__
         lazy = plan.lazy
@@ -249,7 +316,10 @@ def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool) -> Any:
                 if kind == "slot":
                     d = made.get(ref[1])
                     if d is None:
-                        if lease is not None:  # a graph's value: its buffer is made on first use
+                        if lease is not None and ref[1] in plan.inplace:  # a graph's value in a donated buffer
+                            d = made[ref[1]] = new_d(ArrayData)
+                            d.buffer, d.prim, d.inputs, d.siblings = unit.inplace_buffer(ref[1]), None, (), None
+                        elif lease is not None:  # a graph's value: its buffer is made on first use
                             d = made[ref[1]] = LazyData.__new__(LazyData)
                             d.lease, d.spec = lease, lease.specs[ref[1]]
                         else:  # ArrayData.__init__ inlined: every slot of an evaluated value
@@ -262,20 +332,39 @@ def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool) -> Any:
                 a._data = d
                 d.arrays += 1
                 results.append(a)
+            if plan.inplace and plan.unit and hasattr(plan.unit, "own"):
+                for slot, d in made.items():  # who holds a graph's state buffers now
+                    if slot in plan.inplace:
+                        plan.unit.own(slot, d)
     t = plan.treedef
     if t is _FLAT_LIST.get(len(results)):
         return results
     return _unflatten(t, results)
 
 
-def compile(fn: Callable) -> CompiledFunction:  # noqa: A001 - the public name
+def compile(fn: Callable | None = None, *, donate_argnums: int | tuple = ()) -> Any:  # noqa: A001
     """Trace ``fn`` once per input signature (shapes, dtypes, devices, static arguments, current
     stream) and replay the recorded commands on later calls. Usable as a decorator.
+
+    ``donate_argnums``: positional arguments (arrays, or lists/tuples/dicts of arrays) the caller gives
+    up. A step that computes a new value of such an argument's shape and dtype from it as its last
+    reader (``dynamic_update_slice``, ``setitem``'s value, an elementwise op) writes into the
+    argument's buffer: a KV cache updated each step is not copied. The given Arrays cannot be used
+    after the call (a clear error says so); use the returned values. An argument some other Array or
+    pending op still holds is not written in place (the call copies, as without donation).
 
     >>> @lf.compile
     ... def step(x, w):
     ...     return lf.tanh(x @ w)
+    >>> step2 = lf.compile(decode_step, donate_argnums=(2, 3))   # the caches
     """
+    if isinstance(donate_argnums, int) and not isinstance(donate_argnums, bool):
+        donate_argnums = (donate_argnums,)
+    if (not isinstance(donate_argnums, (tuple, list))
+            or any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in donate_argnums)):
+        raise TypeError(f"compile: donate_argnums must be a non-negative int or a tuple of them, got {donate_argnums!r}")
+    if fn is None:
+        return lambda f: compile(f, donate_argnums=donate_argnums)
     if not callable(fn):
         raise TypeError(f"compile: expected a callable, got {type(fn).__name__}")
-    return CompiledFunction(fn)
+    return CompiledFunction(fn, tuple(sorted(set(donate_argnums))))

@@ -63,15 +63,19 @@ class Plan:
     """The steps of one traced signature, and the static memory of its intermediates."""
 
     __slots__ = ("steps", "deps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit",
-                 "unit_note", "lazy")
+                 "unit_note", "lazy", "inplace", "donate")
 
-    def __init__(self, steps: list[Step], outputs: list, treedef: Any, n_slots: int, memory, deps):
+    def __init__(self, steps: list[Step], outputs: list, treedef: Any, n_slots: int, memory, deps,
+                 inplace: dict | None = None, donate: tuple = ()):
         self.steps, self.outputs, self.n_slots, self.treedef = steps, outputs, n_slots, treedef
+        #: slot -> donated argument whose buffer that slot's step writes in place (when the call donates it)
+        self.inplace = inplace or {}
+        self.donate = donate  # the donated arguments (positions among the plan's arguments)
         # (slot, shape, dtype, stream, device) per output when every output is a distinct computed
         # value (a graph call then makes them in one tight loop), else None
         slots = [ref[1] for ref, *_ in outputs if ref[0] == "slot"]
         self.lazy = ([(ref[1], shape, dtype, st, st.device) for ref, shape, dtype, st in outputs]
-                     if len(slots) == len(outputs) == len(set(slots)) else None)
+                     if len(slots) == len(outputs) == len(set(slots)) and not self.inplace else None)
         self.deps = deps       # per step: the steps it reads from (step_deps)
         self.memory = memory   # MemoryPlan over intermediate slots, or None
         self.arena = None      # slot -> (region buffer, view), made at the first replay
@@ -86,9 +90,10 @@ class Plan:
                 "arena_bytes": self.memory.arena_bytes if self.memory is not None else 0}
 
 
-def build_plan(outputs: list, holders: list, out_tree: Any) -> Plan:
+def build_plan(outputs: list, holders: list, out_tree: Any, donate: tuple = ()) -> Plan:
     """The plan computing ``outputs`` (graph values) from the placeholder values ``holders``. Values
-    that do not depend on an argument are evaluated now, once, and captured."""
+    that do not depend on an argument are evaluated now, once, and captured. ``donate``: arguments
+    whose buffers the call may write in place (``lf.compile(donate_argnums=...)``, :func:`donation`)."""
     places = {id(h): ("arg", i) for i, h in enumerate(holders)}
     order = _sched.toposort(outputs)
     depends: set[int] = set(places)
@@ -134,24 +139,55 @@ def build_plan(outputs: list, holders: list, out_tree: Any) -> Plan:
             o.arrays += 1
             p = ("const", o)
         out_refs.append((p, o.shape, o.dtype, o.stream))
-    deps = step_deps(steps)
-    return Plan(steps, out_refs, out_tree, n_slots, _memory_plan(steps, out_refs, deps), deps)
+    inplace = donation(steps, out_refs, holders, donate)
+    deps = step_deps(steps, inplace)
+    return Plan(steps, out_refs, out_tree, n_slots, _memory_plan(steps, out_refs, deps, inplace), deps, inplace,
+                tuple(donate))
 
 
-def step_deps(steps: list[Step]) -> list[list[int]]:
-    """Per step, the earlier steps whose outputs it reads (sorted): the plan's data dependencies."""
+def donation(steps: list[Step], out_refs: list, holders: list, donate) -> dict:
+    """slot -> argument: for each donated argument, the step that may write its result into the
+    argument's buffer: the last step reading the argument, reading it (once, as its first input, not
+    through a view) with a primitive that ``donates``, making a value of the argument's shape and dtype.
+    An argument returned as it is keeps its buffer (nothing is written into it)."""
+    out: dict = {}
+    returned = {ref for ref, *_ in out_refs}
+    for i in donate:
+        src = ("arg", i)
+        if src in returned:
+            continue
+        readers = [j for j, st in enumerate(steps) if src in st.srcs]
+        if not readers:
+            continue
+        st = steps[readers[-1]]
+        h, spec = holders[i], st.specs[0]
+        if (st.prim.donates and st.srcs[0] == src and st.srcs.count(src) == 1
+                and st.prim.__dict__.get("in_views") is None and spec.shape == h.shape and spec.dtype == h.dtype):
+            out[st.first] = i
+    return out
+
+
+def step_deps(steps: list[Step], inplace: dict | None = None) -> list[list[int]]:
+    """Per step, the earlier steps whose outputs it reads (sorted): the plan's data dependencies. A
+    step writing a donated argument in place (``inplace``) also follows the argument's other readers."""
     producer: dict[int, int] = {}
     deps: list[list[int]] = []
+    writes = inplace or {}  # (the in-place slot is the first of its step)
     for j, step in enumerate(steps):
-        deps.append(sorted({producer[v] for kind, v in step.srcs if kind == "slot"}))
+        ds = {producer[v] for kind, v in step.srcs if kind == "slot"}
+        arg = writes.get(step.first) if writes else None
+        if arg is not None:
+            ds.update(k for k in range(j) if ("arg", arg) in steps[k].srcs)
+        deps.append(sorted(ds))
         for slot in step.slots:
             producer[slot] = j
     return deps
 
 
-def _memory_plan(steps: list[Step], out_refs: list, deps: list[list[int]]):
-    """Regions for the intermediates (slots not returned), when every step runs on one backend that
-    can hand out views of raw memory; else None and each replay allocates afresh."""
+def _memory_plan(steps: list[Step], out_refs: list, deps: list[list[int]], inplace: dict):
+    """Regions for the intermediates (slots not returned, not written into a donated argument), when
+    every step runs on one backend that can hand out views of raw memory; else None and each replay
+    allocates afresh."""
     streams = {id(s.stream): s.stream for s in steps}
     devices = {st.device for st in streams.values()}
     backends = {type(st.backend) for st in streams.values()}
@@ -164,7 +200,7 @@ def _memory_plan(steps: list[Step], out_refs: list, deps: list[list[int]]):
             if kind == "slot" and v in values:
                 values[v].users.append(j)
         for slot, spec in zip(step.slots, step.specs):
-            if slot not in returned:
+            if slot not in returned and slot not in inplace:
                 values[slot] = Value(spec.nbytes, j)
     return plan_memory(values, deps) if values else None
 
@@ -196,11 +232,13 @@ def executor(plan: Plan, stream: Any):
     return unit
 
 
-def replay_commands(plan: Plan, datas: list, slots: list, prims: dict | None = None) -> None:
+def replay_commands(plan: Plan, datas: list, slots: list, prims: dict | None = None,
+                    donated: frozenset | set = frozenset()) -> None:
     """Submit the plan's steps through the encoders, intermediates in the plan's regions when it has a
     memory plan (else each output is allocated afresh). Each region is one buffer, so the encoder orders
     a region's reuse after its earlier readers, within a call and across calls. ``prims``: step index ->
-    the primitive to run instead of the step's own (a copy holding this call's scalar values)."""
+    the primitive to run instead of the step's own (a copy holding this call's scalar values).
+    ``donated``: arguments this call gives up: their in-place steps (``plan.inplace``) write into them."""
     steps = plan.steps
     arena = plan.arena
     if arena is None and plan.memory is None:
@@ -234,7 +272,11 @@ def replay_commands(plan: Plan, datas: list, slots: list, prims: dict | None = N
         out_bufs, out_data = [], []
         for slot, spec in zip(step.slots, step.specs):
             placed = arena.get(slot)
-            if placed is None:
+            if donated and plan.inplace.get(slot, -1) in donated:
+                b = datas[plan.inplace[slot]].buffer  # the donated argument: written in place
+                out_bufs.append(b)
+                out_data.append(b.data)
+            elif placed is None:
                 b = stream.backend.allocate(spec.device, spec.shape, spec.dtype, prim.name)
                 out_bufs.append(b)
                 out_data.append(b.data)

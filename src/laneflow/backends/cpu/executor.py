@@ -41,7 +41,8 @@ class CPUPlan:
                 if kind == "const" and not any(v.buffer is c for c in self.consts):
                     self.consts.append(v.buffer)
         returned = {ref[1] for ref, *_ in plan.outputs if ref[0] == "slot"}
-        self.returned = sorted(returned)
+        self.inplace = plan.inplace  # slot -> donated argument it may be written into
+        self.returned = sorted(returned | set(self.inplace))
         self.spec_of = {slot: spec for step in plan.steps for slot, spec in zip(step.slots, step.specs)}
         # per step: (kernel, primitive, inputs as (0, slot) | (1, argument) | (2, a captured value's
         # data), output slots), resolved once so that a call's loop does only lookups
@@ -56,11 +57,16 @@ class CPUPlan:
         return {"mode": "one command", "steps": len(self.steps), "launches": self.launches,
                 "arena_bytes": sum(r.nbytes for r in self.regions)}
 
-    def run(self, datas: list, stream) -> "_Outputs":
-        """Encode the call's one command (under the scheduling lock); returns its outputs."""
+    def run(self, datas: list, stream, donated: frozenset = frozenset()) -> "_Outputs":
+        """Encode the call's one command (under the scheduling lock); returns its outputs. A slot
+        written in place (``plan.inplace``) of an argument in ``donated`` is that argument's buffer."""
         bufs = [d.buffer for d in datas]
         outs: dict[int, Buffer] = {}
         for slot in self.returned:
+            arg = self.inplace.get(slot)
+            if arg is not None and arg in donated:
+                outs[slot] = bufs[arg]
+                continue
             spec = self.spec_of[slot]
             outs[slot] = self.backend.allocate(spec.device, spec.shape, spec.dtype, "compiled plan")
         views = self.views
@@ -85,7 +91,12 @@ class CPUPlan:
         reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
         stream.encoder.encode("compiled plan", run_all, reads, [*self.regions, *outs.values()], lane=stream.lanes[0])
         self.launches += 1
+        self._last = {slot: outs[slot] for slot in self.inplace}
         return _Outputs(outs)
+
+    def inplace_buffer(self, slot: int) -> Buffer:
+        """The buffer the last call wrote ``slot`` (a donated argument's, or a fresh one) into."""
+        return self._last[slot]
 
 
 class _Outputs:

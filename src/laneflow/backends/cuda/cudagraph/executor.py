@@ -65,9 +65,17 @@ class GraphPlan:
                     self.signals.add(d)
         # -- memory ------------------------------------------------------------------------------
         self.spec_of = {slot: spec for step in steps for slot, spec in zip(step.slots, step.specs)}
+        # Donated arguments written in place (lf.compile(donate_argnums=...)): each has a state buffer
+        # of the graph's own, which the graph reads the argument from and writes the new value into;
+        # the call's value of that slot is the state buffer itself, so passing it back next call (a KV
+        # cache, ``cache = step(cache, ...)``) needs no copy. Another buffer passed is copied in first.
+        self.inplace = dict(plan.inplace)  # slot -> argument
+        self.states = {arg: backend.allocate_region(device, self.spec_of[slot].nbytes, "donated argument")
+                       for slot, arg in self.inplace.items()}
+        self._owners: dict = {}  # argument -> weakref of the value whose buffer its state buffer is
         returned = []
         for ref, *_ in plan.outputs:
-            if ref[0] == "slot" and ref[1] not in returned:
+            if ref[0] == "slot" and ref[1] not in returned and ref[1] not in self.inplace:
                 returned.append(ref[1])
         self.returned = returned
         # Intermediates: the plan's arena (made by its first, command-list replay), shared with it.
@@ -102,14 +110,50 @@ class GraphPlan:
                 "host_checked_calls": self.host_calls, "output_sets": len(self.outs.sets),
                 "arena_bytes": sum(r.nbytes for r in self.regions), "output_bytes": self.outs.out_bytes}
 
-    def run(self, datas: list, stream) -> Lease | None:
+    def inplace_buffer(self, slot: int) -> Buffer:
+        """The buffer of a slot written into a donated argument: its state buffer."""
+        return self.states[self.inplace[slot]]
+
+    def own(self, slot: int, d) -> None:
+        """``d`` (a call's value) holds the state buffer of ``slot``'s argument: no later call may
+        overwrite that buffer while ``d`` lives, unless ``d`` is donated back."""
+        arg = self.inplace[slot]
+        if d.buffer is self.states[arg]:
+            self._owners[arg] = weakref.ref(d)
+
+    def _donations(self, datas: list, bufs: list, donated) -> list | None:
+        """(state buffer, source buffer) copies this call needs before the launch, with ``bufs``
+        reading every donated argument from its state buffer; None when the call must run as commands
+        (an argument not donatable, or its state buffer held by another live value)."""
+        pre = []
+        for arg, st in self.states.items():
+            if arg not in donated:
+                return None
+            b = bufs[arg]
+            if b is not st:
+                owner = self._owners.get(arg)
+                held = owner() if owner is not None else None
+                if held is not None and held is not datas[arg]:
+                    return None
+                pre.append((st, b))
+                bufs[arg] = st
+        return pre
+
+    def run(self, datas: list, stream, donated: frozenset = frozenset()) -> Lease | None:
         """Launch for one call (under the scheduler lock); returns the call's :class:`_Lease` (its
         values are made from it, ``jit._replay``), or None when this call must run as commands.
         ``datas`` may be the very list of the last launch (``CompiledFunction`` passes it again for
         the same values): their buffers are then the same (an evaluated value's buffer never changes;
-        only a compiled output's address can move, checked below)."""
+        only a compiled output's address can move, checked below). ``donated``: the arguments this
+        call gives up (their in-place slots are written into their state buffers)."""
         last = self._last_args
         bufs = last if datas is self._last_datas and last is not None else [d.buffer for d in datas]
+        pre: list = []
+        if self.states:
+            bufs = list(bufs)
+            pre = self._donations(datas, bufs, donated)
+            if pre is None:
+                return None
         for i, ok in self.host_checked:
             h = bufs[i].data.host
             if h is not None and not ok(h):  # as eager mode raises it: this call runs as commands
@@ -138,8 +182,8 @@ class GraphPlan:
         if o.exec is None or o.stale:
             self._capture(o)
         self._last_datas = None  # in step with _last_args, which _launch sets
-        lease = self._launch(o, stream, bufs)
-        self._last_datas = datas
+        lease = self._launch(o, stream, bufs, pre)
+        self._last_datas = datas if not self.states else None
         return lease
 
     def _bind(self, bufs: list) -> None:
@@ -151,7 +195,7 @@ class GraphPlan:
         return self.backend.allocate_region(self.device, nbytes, "compile input")
 
     # -- launch ----------------------------------------------------------------------------------
-    def _launch(self, o: OutSet, stream, bufs: list) -> Lease:
+    def _launch(self, o: OutSet, stream, bufs: list, pre: list = ()) -> Lease:
         region = o.region
         o.drain()  # readers of dropped outputs: this write of the region waits for them
         lane = stream.lanes[0]
@@ -167,8 +211,11 @@ class GraphPlan:
         # Reads with the writers they had at the last launch, which found them without error or
         # pending check: this lane follows those writers already, so the encoder only records the
         # reader entries (tens of arguments: the checks cost about 0.15 us each).
+        if pre:  # donated values copied into their state buffers: read this once, without the shortcut
+            reads = [*reads, *(b for _, b in pre)]
+            self._read_writers = None
         writers = [b.writer for b in reads]
-        if writers == self._read_writers:  # Points compare by identity
+        if writers == self._read_writers and not pre:  # Points compare by identity
             reads, settled = (), reads
         else:
             settled = ()
@@ -179,7 +226,7 @@ class GraphPlan:
                     break
             self._read_writers = writers if clean else None
         if self._static_writes is None:
-            self._static_writes = [*self.regions, *self.args.staged.values()]
+            self._static_writes = [*self.regions, *self.args.staged.values(), *self.states.values()]
             if self.has_linalg:  # captured cuSOLVER calls: launches of such graphs one after another
                 self._static_writes.append(device_handles(ctx).graph_token)
             staged, nbytes = self.args.staged, self.args.nbytes
@@ -187,8 +234,14 @@ class GraphPlan:
         copies = self._copies  # (errors of the writes: Command.run sets or clears them)
         checks = o.temps.checks if o.temps is not None else ()
 
-        def launch(lane, copies=copies, bufs=bufs, exec_=exec_, checks=checks):
+        pre = [(st.data.ptr, b.data.ptr, st.nbytes) for st, b in pre]
+
+        def launch(lane, copies=copies, bufs=bufs, exec_=exec_, checks=checks, pre=pre):
             s = lane.stream
+            for dst, src, n in pre:
+                err, = cu.cuMemcpyDtoDAsync(dst, src, n, s)
+                if err:
+                    check((err,), "cuMemcpyDtoDAsync (donated input)")
             for dst, i, n in copies:
                 err, = cu.cuMemcpyDtoDAsync(dst, bufs[i].data.ptr, n, s)
                 if err:
@@ -230,6 +283,9 @@ class GraphPlan:
 
     def _slot_view(self, slot: int, o: OutSet) -> ViewArray:
         v = self.views.get(slot)
+        if v is None and slot in self.inplace:
+            spec = self.spec_of[slot]
+            return ViewArray(self.ctx, spec.shape, spec.dtype, self.states[self.inplace[slot]].data.ptr)
         if v is None:
             spec = self.spec_of[slot]
             v = ViewArray(self.ctx, spec.shape, spec.dtype, o.region.data.ptr + self.outs.out_offsets[slot])

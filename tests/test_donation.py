@@ -1,0 +1,89 @@
+"""lf.compile(fn, donate_argnums=...): a donated argument's buffer is updated in place (a KV cache is
+not copied per step), the donated Arrays cannot be used after the call, and results equal the
+undonated function's, on commands, on the CPU's one-command executor and in CUDA graphs."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+
+
+def _step(cache, pos, kv):
+    c = lf.dynamic_update_slice(cache, kv, (0, pos, 0))
+    return c, (lf.dynamic_slice(c, (0, pos, 0), (2, 1, 3)) * 2).sum()
+
+
+def _ptr(a):
+    b = a._data.buffer
+    return b.data.ctypes.data if isinstance(b.data, np.ndarray) else b.data.ptr
+
+
+def test_a_donated_cache_is_updated_in_place_and_matches_the_undonated_step(device):
+    f, g = lf.compile(_step, donate_argnums=(0,)), lf.compile(_step)
+    with lf.stream(lf.new_stream(device, lanes=2)):
+        c1 = lf.zeros((2, 12, 3))
+        c2 = lf.zeros((2, 12, 3))
+        ptrs, captures = [], []
+        for t in range(8):
+            kv = lf.array(np.full((2, 1, 3), t + 0.5, np.float32))
+            pos = lf.array(np.int64(t))
+            c1, s1 = f(c1, pos, kv)
+            c2, s2 = g(c2, pos, kv)
+            assert float(s1) == float(s2) == 12 * (t + 0.5)
+            ptrs.append(_ptr(c1))
+            captures.append(f.stats()[0].get("captures"))
+        np.testing.assert_array_equal(np.asarray(c1), np.asarray(c2))
+    # from the third call on (the second builds the executor / graph) the cache stays where it is
+    assert len(set(ptrs[2:])) == 1, ptrs
+    st = f.stats()[0]
+    if device.type == "gpu":  # no capture per call: the position and the update are data
+        assert st["mode"] == "cuda graph" and captures[4] == captures[-1], (st, captures)
+
+
+def test_a_donated_array_cannot_be_used_after_the_call(device):
+    f = lf.compile(_step, donate_argnums=0)
+    with lf.stream(device):
+        cache = lf.zeros((2, 4, 3))
+        new, _ = f(cache, lf.array(np.int32(1)), lf.ones((2, 1, 3)))
+        with pytest.raises(lf.CompileError, match="donated to the compiled function _step"):
+            cache + 1
+        with pytest.raises(lf.CompileError, match="donated"):
+            np.asarray(cache)
+        assert np.asarray(new)[:, 1].sum() == 6
+
+
+def test_a_value_held_elsewhere_is_copied_not_overwritten(device):
+    f = lf.compile(_step, donate_argnums=(0,))
+    with lf.stream(device):
+        cache = lf.zeros((2, 4, 3))
+        other = copy.copy(cache)  # a second Array bound to the same value: that value cannot be written
+        for t in range(4):
+            held = copy.copy(cache) if t == 2 else None  # the graph's own state buffer, held elsewhere
+            cache, _ = f(cache, lf.array(np.int32(t)), lf.ones((2, 1, 3)))
+            if held is not None:
+                assert np.asarray(held).sum() == 12  # calls 0 and 1 wrote it; call 2 did not overwrite it
+        np.testing.assert_array_equal(np.asarray(other), 0)
+        assert np.asarray(cache).sum() == 24
+
+
+def test_donated_lists_of_arrays_and_bad_arguments(device):
+    def step(caches, pos):
+        return [lf.dynamic_update_slice(c, lf.full((1, 2), 7.0), (pos, 0)) for c in caches]
+    f = lf.compile(step, donate_argnums=(0,))
+    with lf.stream(device):
+        caches = [lf.zeros((5, 2)) for _ in range(3)]
+        for t in range(5):
+            caches = f(caches, lf.array(np.int32(t)))
+        for c in caches:
+            np.testing.assert_array_equal(np.asarray(c), 7.0)
+        c = lf.zeros((5, 2))
+        with pytest.raises(ValueError, match="donated array is passed twice"):
+            f([c, c], lf.array(np.int32(0)))
+    with pytest.raises(TypeError, match="donate_argnums"):
+        lf.compile(step, donate_argnums=(-1,))
+    with pytest.raises(TypeError, match="donate_argnums"):
+        lf.compile(step, donate_argnums="0")
