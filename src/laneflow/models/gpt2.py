@@ -31,7 +31,7 @@ from . import safetensors_io
 #: Prefix of the body's parameters in ``GPT2LMHeadModel``'s state dict (the hub's ``gpt2`` file has none).
 PREFIX = "transformer."
 
-__all__ = ["GPT2Config", "Ops", "LANEFLOW_OPS", "NN_OPS", "NUMPY_OPS", "nn_ops", "PREFIX", "config_from_params", "forward", "init_params",
+__all__ = ["GPT2Config", "Ops", "LANEFLOW_OPS", "NN_OPS", "NUMPY_OPS", "nn_ops", "PREFIX", "block", "config_from_params", "forward", "head", "init_params",
            "load_safetensors", "numpy_params", "numpy_softmax", "param_shapes", "plain_ops", "reference_forward",
            "save_safetensors", "to_laneflow"]
 
@@ -300,28 +300,40 @@ def forward(params: Mapping[str, Any], ids: Any, cfg: GPT2Config, ops: Ops | Non
     b, t = ids.shape
     if t > cfg.n_positions:
         raise ValueError(f"gpt2.forward: {t} tokens is more than the model's {cfg.n_positions} positions")
-    d, nh, dh, eps = cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
-    scale = 1.0 / math.sqrt(dh)
-    P = params
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    h = ops.embed(params[PREFIX + "wte.weight"], ids) + params[PREFIX + "wpe.weight"][:t]
+    mask = ops.causal_mask(t)
+    for i in range(cfg.n_layer):
+        h = block(params, i, h, cfg, ops, lambda q, k, v, i: ops.attention(q, k, v, scale, mask))
+    return head(params, h, cfg, ops)
+
+
+def block(params: Mapping[str, Any], i: int, h: Any, cfg: GPT2Config, ops: Ops, attend: Callable) -> Any:
+    """Transformer block ``i`` on ``h`` (b, t, d): ``attend(q, k, v, i)`` (heads (b, heads, t, head_dim))
+    gives the attention output; the forward attends causally, a decode step to its KV cache
+    (``models/gpt2_decode.py``)."""
+    P, p = params, f"{PREFIX}h.{i}."
+    b, t, d = h.shape
+    nh, dh, eps = cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
 
     def heads(x):  # (b, t, d) -> (b, heads, t, head_dim)
         return x.reshape(b, t, nh, dh).transpose(0, 2, 1, 3)
 
-    h = ops.embed(P[PREFIX + "wte.weight"], ids) + P[PREFIX + "wpe.weight"][:t]
-    mask = ops.causal_mask(t)
-    for i in range(cfg.n_layer):
-        p = f"{PREFIX}h.{i}."
-        a = ops.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
-        qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
-        q, k, v = heads(qkv[..., :d]), heads(qkv[..., d:2 * d]), heads(qkv[..., 2 * d:])
-        y = ops.attention(q, k, v, scale, mask).transpose(0, 2, 1, 3).reshape(b, t, d)
-        h = h + (y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"])
-        m = ops.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
-        m = ops.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
-        h = h + (m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"])
-    h = ops.layer_norm(h, P[PREFIX + "ln_f.weight"], P[PREFIX + "ln_f.bias"], eps)
-    head = P["lm_head.weight"] if "lm_head.weight" in P else P[PREFIX + "wte.weight"]
-    return h @ head.T
+    a = ops.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
+    qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+    q, k, v = heads(qkv[..., :d]), heads(qkv[..., d:2 * d]), heads(qkv[..., 2 * d:])
+    y = attend(q, k, v, i).transpose(0, 2, 1, 3).reshape(b, t, d)
+    h = h + (y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"])
+    m = ops.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
+    m = ops.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
+    return h + (m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"])
+
+
+def head(params: Mapping[str, Any], h: Any, cfg: GPT2Config, ops: Ops) -> Any:
+    """Logits of the last hidden states: the final layer norm, then the head (tied to ``wte``)."""
+    h = ops.layer_norm(h, params[PREFIX + "ln_f.weight"], params[PREFIX + "ln_f.bias"], cfg.layer_norm_epsilon)
+    w = params["lm_head.weight"] if "lm_head.weight" in params else params[PREFIX + "wte.weight"]
+    return h @ w.T
 
 
 def reference_forward(np_params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPT2Config,

@@ -1,0 +1,87 @@
+"""KV-cache decoding of GPT-2 (models/gpt2_decode.py): a prefill, then one compiled step per token with
+the caches donated, against the float64 reference forward re-run on the whole sequence each step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+from laneflow.models import gpt2
+from laneflow.models import gpt2_decode as D
+
+
+def _setup(device, dtype=lf.float32, seed=0):
+    cfg = gpt2.GPT2Config.tiny()
+    P = gpt2.numpy_params(cfg, seed)
+    with lf.stream(device):
+        p = gpt2.to_laneflow(P, dtype=dtype)
+    return cfg, P, p
+
+
+def _tol(dtype, ref):
+    return (1e-5 if dtype == lf.float32 else 3e-2) * float(np.abs(ref).max())
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("dtype", [lf.float32, lf.bfloat16])
+def test_cached_decode_matches_the_full_forward(device, fused, compiled, dtype):
+    if dtype == lf.bfloat16 and device.type == "cpu" and (fused or not compiled):
+        pytest.skip("bfloat16 on the CPU: one combination is enough (numpy's bfloat16 is slow)")
+    cfg, P, p = _setup(device, dtype)
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, cfg.vocab_size, (2, 4))
+
+    def step(p, tok, pos, cache):
+        return D.decode_step(p, tok, pos, cfg, cache, fused=fused)
+    f = lf.compile(step, donate_argnums=(3,)) if compiled else step
+    with lf.stream(lf.new_stream(device, lanes=2)):
+        cache = D.init_cache(cfg, 2, 12, dtype=dtype)
+        logits, cache = D.prefill(p, lf.array(ids), cfg, cache)
+        ref = gpt2.reference_forward(P, ids, cfg)
+        assert np.abs(np.asarray(logits, np.float64) - ref).max() <= _tol(dtype, ref)
+        seq = np.concatenate([ids, ref[:, -1].argmax(-1)[:, None]], 1)
+        for s in range(6):
+            lg, cache = f(p, lf.array(seq[:, -1].astype(np.int32)), lf.array(np.int32(seq.shape[1] - 1)), cache)
+            ref = gpt2.reference_forward(P, seq, cfg)[:, -1]
+            assert np.abs(np.asarray(lg, np.float64) - ref).max() <= _tol(dtype, ref), s
+            seq = np.concatenate([seq, ref.argmax(-1)[:, None]], 1)
+    if compiled and device.type == "gpu":
+        st = f.stats()[0]
+        assert st["mode"] == "cuda graph", st
+
+
+def test_prompts_of_different_lengths_decode_at_their_own_positions(device):
+    cfg, P, p = _setup(device)
+    rng = np.random.default_rng(4)
+    lens = [2, 5, 3]
+    ids = rng.integers(0, cfg.vocab_size, (3, 5))
+    f = lf.compile(lambda p, tok, pos, cache: D.decode_step(p, tok, pos, cfg, cache, fused=True),
+                   donate_argnums=(3,))
+    with lf.stream(device):
+        cache = D.init_cache(cfg, 3, 16)
+        logits, cache = D.prefill(p, lf.array(ids), cfg, cache)
+        lg = np.asarray(logits)
+        seqs = [list(ids[r, :n]) + [int(lg[r, n - 1].argmax())] for r, n in enumerate(lens)]
+        pos = np.array(lens, np.int32)
+        for s in range(5):
+            out, cache = f(p, lf.array(np.array([q[-1] for q in seqs], np.int32)), lf.array(pos), cache)
+            out = np.asarray(out)
+            for r, q in enumerate(seqs):
+                ref = gpt2.reference_forward(P, np.array([q]), cfg)[0, -1]
+                assert np.abs(out[r] - ref).max() <= 1e-5 * np.abs(ref).max(), (s, r)
+                q.append(int(out[r].argmax()))
+            pos += 1
+
+
+def test_decode_errors(device):
+    cfg, P, p = _setup(device)
+    with lf.stream(device):
+        cache = D.init_cache(cfg, 1, 8)
+        with pytest.raises(TypeError, match="pos must be a 0-d or"):
+            D.decode_step(p, lf.array(np.array([1])), 3, cfg, cache)
+        with pytest.raises(ValueError, match="do not fit a cache of 8 positions"):
+            D.prefill(p, lf.array(np.zeros((1, 9), np.int32)), cfg, cache)
+        with pytest.raises(ValueError, match="max_len 100"):
+            D.init_cache(cfg, 1, 100)
