@@ -14,7 +14,7 @@ from .report import print_results, write_json
 from .runner import Context, Progress, run_suites
 from .suites import ORDER
 
-SUITE_NAMES = ("dispatch", "experts", "replay", "branches", "kernels", "handles", "fences", "gpt2", "all")
+SUITE_NAMES = (*ORDER, "all")
 
 
 def add_parser(sub: Any) -> None:

@@ -85,10 +85,11 @@ class Context:
             return quick
         return gpu if self.gpu else cpu
 
-    def run_case(self, case: Case, kind: str, laneflow: Sequence[Impl | Result]) -> list[Result]:
-        """laneflow's rows, then every requested peer's rows for ``kind``, each timed and checked."""
+    def run_case(self, case: Case, kind: str, laneflow: Sequence[Impl | Result], peers: bool = True) -> list[Result]:
+        """laneflow's rows, then every requested peer's rows for ``kind`` (``peers=False``: none, for a
+        case that compares laneflow's ways with each other), each timed and checked."""
         impls: list[Impl | Result] = list(laneflow)
-        for name in self.peers:
+        for name in self.peers if peers else ():
             try:
                 mod = peer_registry.load(name)
                 mod.check(self.device)

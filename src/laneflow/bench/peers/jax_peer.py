@@ -116,3 +116,47 @@ def gpt2(case, device, lanes):
     ops = model.plain_ops(jax.numpy, softmax=jax.nn.softmax)
     f = jax.jit(lambda params, ids: model.forward(params, ids, cfg, ops))
     return [_impl(jax, "jit", lambda: f(params, ids), lanes=1, note="the same forward on jax.numpy")]
+
+
+def decode(case, device, lanes):
+    """``jax.jit`` of one decode step with the caches donated (``donate_argnums``, as
+    ``anchors/probe_decode.py``), the model's own blocks on ``jax.numpy``, the keys and values written
+    with ``lax.dynamic_update_slice`` at a traced position."""
+    jax, dev = _device(device)
+    jnp = jax.numpy
+    cfg, S, POS, B = (case.params[k] for k in ("config", "S", "POS", "B"))
+    params = {k: jax.device_put(v, dev) for k, v in case.params["weights"].items()}
+    ops = model.plain_ops(jnp, softmax=jax.nn.softmax)
+    scale = 1.0 / cfg.head_dim ** 0.5
+    P = model.PREFIX
+
+    def step(params, tok, pos, kc, vc):
+        wpe = params[P + "wpe.weight"]
+        h = params[P + "wte.weight"][tok][:, None] + jax.lax.dynamic_slice_in_dim(wpe, pos, 1)[None]
+        keep = (jnp.arange(S) <= pos)[None, None, None, :]
+        nk, nv = [], []
+
+        def attend(q, k, v, i):
+            ki = jax.lax.dynamic_update_slice(kc[i], k.astype(kc[i].dtype), (0, 0, pos, 0))
+            vi = jax.lax.dynamic_update_slice(vc[i], v.astype(vc[i].dtype), (0, 0, pos, 0))
+            nk.append(ki)
+            nv.append(vi)
+            att = jnp.where(keep, (q @ ki.swapaxes(-1, -2)) * scale, -1e9)
+            return jax.nn.softmax(att, axis=-1) @ vi
+        for i in range(cfg.n_layer):
+            h = model.block(params, i, h, cfg, ops, attend)
+        return model.head(params, h, cfg, ops)[:, 0], nk, nv
+
+    f = jax.jit(step, donate_argnums=(3, 4))
+    dt = case.params["weights"][P + "wte.weight"].dtype
+    state = {"k": [jnp.zeros((B, cfg.n_head, S, cfg.head_dim), dt, device=dev) for _ in range(cfg.n_layer)],
+             "v": [jnp.zeros((B, cfg.n_head, S, cfg.head_dim), dt, device=dev) for _ in range(cfg.n_layer)]}
+    ids = jax.device_put(case.inputs["ids"], dev)
+    for t in range(POS):  # fill the caches with the prompt, one step a token
+        _, state["k"], state["v"] = f(params, ids[:, t], jnp.int32(t), state["k"], state["v"])
+    tok, pos = ids[:, POS], jnp.int32(POS)
+
+    def run():
+        out, state["k"], state["v"] = f(params, tok, pos, state["k"], state["v"])
+        return out
+    return [_impl(jax, "jit", run, lanes=1, note="caches donated (donate_argnums)")]

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...models import gpt2 as model
 from ..harness import Impl, chain_program
 from ..memory import device_used_bytes
 from ..suites.dispatch import mixed_program
@@ -316,4 +317,57 @@ def gpt2(case, device, lanes):
         static: dict = {}
         g = _graph(torch, lambda: static.__setitem__("logits", forward()))  # the captured call's output
         rows.append(impl("graph", lambda: (g.replay(), static["logits"])[1], lanes=1))
+    return rows
+
+
+def decode(case, device, lanes):
+    """One GPT-2 decode step with static caches, written in PyTorch as ``anchors/probe_decode.py``
+    writes it (the position a device tensor, ``index_copy_`` into the caches, a masked float32 softmax),
+    on the suite's weights: eager, and replayed from a CUDA graph on the GPU."""
+    torch, dev, gpu, impl = _setup(device)
+    F = torch.nn.functional
+    cfg, S, POS, B = (case.params[k] for k in ("config", "S", "POS", "B"))
+    tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(np.dtype(case.dtype).name, torch.float32)
+    W = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(dev, tdt)
+         for k, v in case.params["weights"].items()}
+    P, d, nh, dh, eps = model.PREFIX, cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
+    kc = [torch.zeros(B, nh, S, dh, device=dev, dtype=tdt) for _ in range(cfg.n_layer)]
+    vc = [torch.zeros(B, nh, S, dh, device=dev, dtype=tdt) for _ in range(cfg.n_layer)]
+    ar = torch.arange(S, device=dev)
+
+    def step(tok, pos):
+        h = (W[P + "wte.weight"][tok] + W[P + "wpe.weight"][pos]).view(B, 1, d)
+        keep = (ar <= pos).view(1, 1, 1, S)
+        for i in range(cfg.n_layer):
+            p = f"{P}h.{i}."
+            a = F.layer_norm(h, (d,), W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)
+            q, k, v = (a @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]).split(d, dim=-1)
+            q = q.view(B, 1, nh, dh).transpose(1, 2)
+            kc[i].index_copy_(2, pos, k.view(B, 1, nh, dh).transpose(1, 2))
+            vc[i].index_copy_(2, pos, v.view(B, 1, nh, dh).transpose(1, 2))
+            att = (q @ kc[i].transpose(-1, -2)) * (1.0 / dh ** 0.5)
+            att = torch.softmax(att.masked_fill(~keep, -1e9).float(), dim=-1).to(tdt)
+            y = (att @ vc[i]).transpose(1, 2).reshape(B, 1, d)
+            h = h + (y @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"])
+            m = F.layer_norm(h, (d,), W[p + "ln_2.weight"], W[p + "ln_2.bias"], eps)
+            m = F.gelu(m @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"], approximate="tanh")
+            h = h + (m @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"])
+        h = F.layer_norm(h, (d,), W[P + "ln_f.weight"], W[P + "ln_f.bias"], eps)
+        return (h @ W[P + "wte.weight"].T).view(B, -1)
+
+    ids = torch.from_numpy(case.inputs["ids"].astype(np.int64)).to(dev)
+    with torch.no_grad():
+        for t in range(POS):  # fill the caches with the prompt, one step a token
+            step(ids[:, t], torch.tensor([t], device=dev))
+        tok, pos = ids[:, POS].contiguous(), torch.tensor([POS], device=dev)
+
+        def eager():
+            with torch.no_grad():
+                return step(tok, pos)
+        rows = [impl("eager", eager, lanes=1, note="static caches, index_copy_ at a device position")]
+        if gpu:
+            static: dict = {}
+            g = _graph(torch, lambda: static.__setitem__("logits", eager()))
+            rows.append(impl("graph", lambda: (g.replay(), static["logits"])[1], lanes=1,
+                             note="the step captured once; the position a device tensor"))
     return rows
