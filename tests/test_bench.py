@@ -135,3 +135,17 @@ def test_replay_suite_times_host_cost_per_compiled_call_and_checks_results():
     # (on the CPU a compiled plan runs as one command: backends/cpu/executor.py)
     assert all(r.extra["host_us_per_node"] > 0 and r.extra["mode"] == "one command" for r in chains)
     assert "64 arguments" in many.workload and many.extra["mode"] == "one command"
+
+
+def test_decode_suite_checks_every_row_against_the_full_forward():
+    """bench decode (quick, CPU): the per-token rows and the many-requests rows all run and match the
+    float32 forward over the whole sequence; the compiled rows run as one command per token."""
+    import laneflow.bench.suites  # noqa: F401 - registers the suites
+    from laneflow.bench.harness import SUITES
+
+    ctx = Context(device=lf.cpu, peers=[], repeat=2, quick=True, lanes=2)
+    results = SUITES["decode"].run(ctx)
+    names = [r.impl for r in results]
+    assert names.count("laneflow compiled, caches donated") == 2 and "laneflow compiled, one padded batch" in names
+    assert all(r.status == "ok" and r.matches for r in results), [(r.impl, r.status, r.error) for r in results]
+    assert all(r.extra["compiled"]["mode"] == "one command" for r in results if "caches donated" in r.impl)

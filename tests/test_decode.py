@@ -85,3 +85,57 @@ def test_decode_errors(device):
             D.prefill(p, lf.array(np.zeros((1, 9), np.int32)), cfg, cache)
         with pytest.raises(ValueError, match="max_len 100"):
             D.init_cache(cfg, 1, 100)
+
+
+def test_greedy_generation_equals_the_uncached_reference(device):
+    cfg, P, p = _setup(device, seed=5)
+    rng = np.random.default_rng(6)
+    prompts = [list(rng.integers(0, cfg.vocab_size, n)) for n in (3, 7, 5)]
+    with lf.stream(device):
+        got = D.generate(p, cfg, prompts, 6)
+    for q, g in zip(prompts, got):
+        want = D.reference_generate(P, np.array([q]), cfg, 6, gpt2.reference_forward)[0]
+        assert g == list(want), (g, list(want))
+
+
+def test_top_k_and_top_p_pick_only_allowed_tokens_with_the_right_frequencies():
+    from laneflow.models.sampling import pick
+
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal((1, 12)) * 2
+    p = np.exp(logits[0] - logits.max())
+    p /= p.sum()
+    u = rng.random(20000)
+    draws = np.concatenate([pick(np.repeat(logits, 1000, 0), u[k:k + 1000]) for k in range(0, 20000, 1000)])
+    freq = np.bincount(draws, minlength=12) / draws.size
+    assert np.abs(freq - p).max() < 0.02  # plain sampling follows the softmax
+    top3 = set(np.argsort(-p)[:3])
+    d = pick(np.repeat(logits, 500, 0), u[:500], top_k=3)
+    assert set(d.tolist()) <= top3 and len(set(d.tolist())) == 3
+    order = np.argsort(-p)
+    nucleus = set(order[:int(np.searchsorted(np.cumsum(p[order]), 0.7)) + 1])
+    d = pick(np.repeat(logits, 500, 0), u[:500], top_p=0.7)
+    assert set(d.tolist()) <= nucleus and len(set(d.tolist())) == len(nucleus)
+    assert (pick(logits, np.array([0.5]), temperature=1e-6) == logits.argmax()).all()  # cold: greedy
+
+
+def test_sampling_with_a_seed_is_reproducible_and_the_example_runs(device, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cfg, P, p = _setup(device, seed=8)
+    prompts = [[1, 2, 3], [4, 5]]
+    with lf.stream(device):
+        a = D.generate(p, cfg, prompts, 5, temperature=1.0, top_p=0.9, seed=3)
+        b = D.generate(p, cfg, prompts, 5, temperature=1.0, top_p=0.9, seed=3)
+        c = D.generate(p, cfg, prompts, 5, temperature=1.0, top_k=5, seed=4)
+    assert a == b and all(len(s) == len(q) + 5 for s, q in zip(c, prompts))
+    if device.type != "cpu":
+        return
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "generate.py")
+    r = subprocess.run([sys.executable, example, "--device", "cpu", "--config", "tiny", "--max-new", "4",
+                        "--sampling", "top-k", "--prompt", "1,2,3", "--prompt", "9"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "[0] prompt 3 tokens ->" in r.stdout and "tokens/s" in r.stdout

@@ -117,3 +117,45 @@ def reference_generate(np_params: Mapping[str, np.ndarray], ids: np.ndarray, cfg
         logits = reference_forward(np_params, out, cfg)
         out = np.concatenate([out, logits[:, -1].argmax(-1)[:, None]], axis=1)
     return out
+
+
+def generate(params: Mapping[str, Any], cfg: GPT2Config, prompts: list, max_new: int, *, temperature: float = 0.0,
+             top_k: int = 0, top_p: float = 1.0, seed: int = 0, dtype: Any = "float32",
+             on_token: Any = None) -> list[list[int]]:
+    """Continue each prompt (a list of token ids; lengths may differ) by ``max_new`` tokens: one prefill
+    of the right-padded batch, then one compiled decode step per token (caches donated, each row at its
+    own position). ``temperature`` 0 is greedy; else :func:`~laneflow.models.sampling.sample` with
+    ``top_k`` / ``top_p`` and keys from ``lf.random.key(seed)``. ``on_token(k)`` is called after the
+    k-th new token of every row (progress). Runs on the current stream's device."""
+    from .. import compile as lf_compile
+    from .. import random as lf_random
+    from .sampling import sample
+
+    lens = [len(p) for p in prompts]
+    if not prompts or min(lens) == 0 or max_new < 1:
+        raise ValueError("gpt2_decode.generate: needs non-empty prompts and max_new >= 1")
+    S = max(lens) + max_new
+    if S > cfg.n_positions:
+        raise ValueError(f"gpt2_decode.generate: the longest prompt plus max_new is {S} tokens; the model has "
+                         f"{cfg.n_positions} positions")
+    ids = np.zeros((len(prompts), max(lens)), np.int32)
+    for r, p in enumerate(prompts):
+        ids[r, :len(p)] = p
+    cache = init_cache(cfg, len(prompts), S, dtype=dtype)
+    logits, cache = prefill(params, lf_ops.array(ids), cfg, cache)
+    step = lf_compile(lambda p, t, pos, c: decode_step(p, t, pos, cfg, c, fused=True), donate_argnums=(3,))
+    keys = lf_random.split(lf_random.key(seed), max_new) if temperature > 0 else None
+    out = [list(p) for p in prompts]
+    cur = lf_ops.stack([logits[r, n - 1] for r, n in enumerate(lens)])
+    pos = np.array(lens, np.int32)
+    for k in range(max_new):
+        nxt = np.asarray(sample(cur, None if keys is None else keys[k], temperature=temperature, top_k=top_k,
+                                top_p=top_p)).astype(np.int32).reshape(-1)
+        for r, t in enumerate(nxt):
+            out[r].append(int(t))
+        if on_token is not None:
+            on_token(k + 1)
+        if k + 1 < max_new:
+            cur, cache = step(params, lf_ops.array(nxt), lf_ops.array(pos), cache)
+            pos += 1
+    return out
