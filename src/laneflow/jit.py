@@ -132,11 +132,12 @@ class _Donated:
 
 def _donatable(d: ArrayData) -> bool:
     """Whether a call may write into ``d``'s buffer: an evaluated value that only the donated Array
-    holds, that no pending op reads, and whose memory is laneflow's alone."""
+    holds, that no pending op reads, whose memory is laneflow's alone and whose command did not fail.
+    (Deferred device checks it carries pass on to the values computed from it, as for any read.)"""
     if d.arrays != 1 or d.users or d.siblings is not None:
         return False
     b = d.buffer
-    return b is not None and not b.exported and b.error is None and b.checks is None
+    return b is not None and not b.exported and b.error is None
 
 
 class CompiledFunction:

@@ -190,8 +190,8 @@ def _grow(root: ArrayData, kinds: dict, pos: dict, taken: set) -> tuple | None:
                 break
     if full is None or limit is not None and _size(full) > limit:
         return None
-    if not any(kinds[m] != "e" for m in members):
-        return None
+    if len(members) < 2 or not any(kinds[m] != "e" for m in members):
+        return None  # no reduction, or a reduction alone (its own tuned kernel serves it)
     # the group's inputs: values read by members from outside
     outside = {i for m in members for i in m.inputs if i not in members}
     if len(outside) > MAX_INPUTS:
