@@ -47,9 +47,11 @@ def test_cached_decode_matches_the_full_forward(device, fused, compiled, dtype):
             ref = gpt2.reference_forward(P, seq, cfg)[:, -1]
             assert np.abs(np.asarray(lg, np.float64) - ref).max() <= _tol(dtype, ref), s
             seq = np.concatenate([seq, ref.argmax(-1)[:, None]], 1)
-    if compiled and device.type == "gpu":
-        st = f.stats()[0]
-        assert st["mode"] == "cuda graph", st
+    if compiled:
+        assert f.cache_size == 1  # one trace for the whole generation: positions are data
+        if device.type == "gpu":
+            st = f.stats()[0]
+            assert st["mode"] == "cuda graph", st
 
 
 def test_prompts_of_different_lengths_decode_at_their_own_positions(device):
@@ -139,3 +141,16 @@ def test_sampling_with_a_seed_is_reproducible_and_the_example_runs(device, tmp_p
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "[0] prompt 3 tokens ->" in r.stdout and "tokens/s" in r.stdout
+
+
+def test_greedy_tokens_equal_transformers_generate(device):
+    """The same weights through transformers' GPT2LMHeadModel.generate (greedy, float32, on the CPU)."""
+    pytest.importorskip("transformers", reason="transformers is not installed (a GPU machine has it)")
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    from laneflow.bench.peers.torch_peer import hf_generate
+
+    cfg, P, p = _setup(device, seed=9)
+    prompt = [5, 17, 3, 99, 42]
+    with lf.stream(device):
+        ours = D.generate(p, cfg, [prompt], 10)[0]
+    assert ours == hf_generate(cfg, P, prompt, 10)

@@ -301,6 +301,18 @@ def hf_gpt2_logits(cfg: Any, weights: dict, ids: np.ndarray) -> np.ndarray:
         return m(torch.from_numpy(ids.astype(np.int64)), use_cache=False).logits.numpy()
 
 
+def hf_generate(cfg: Any, weights: dict, prompt: list, n: int) -> list:
+    """transformers' greedy ``generate`` of ``n`` tokens after ``prompt`` (float32, on the CPU): the
+    prompt and the new tokens, as a list of ids."""
+    torch = _torch()
+    m = hf_gpt2(cfg, weights)
+    m.generation_config.eos_token_id = None  # never stop early: exactly n tokens, as laneflow's loop
+    with torch.no_grad():
+        out = m.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, num_beams=1,
+                         attention_mask=torch.ones(1, len(prompt), dtype=torch.long), pad_token_id=cfg.vocab_size - 1)
+    return out[0].tolist()
+
+
 def gpt2(case, device, lanes):
     """transformers' GPT-2 forward: eager, and replayed from a CUDA graph on the GPU (as
     ``anchors/probe_gpt2.py``; ``use_cache=False``: a forward, no KV cache built)."""
