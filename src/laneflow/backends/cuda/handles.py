@@ -1,4 +1,5 @@
-"""CUDA library adapters for :class:`laneflow.runtime.handle_pool.HandlePool`: cuBLASLt, cuBLAS, cuSOLVER.
+"""CUDA library adapters for :class:`laneflow.runtime.handle_pool.HandlePool`: cuBLASLt, cuBLAS, cuSOLVER
+(cuDNN's adapter lives with its only user, ``cudnn_attention.py``).
 
 - cuBLASLt takes the stream and the workspace with every call, so its handle never needs a set-stream.
   A cuBLASLt handle holds no device memory that we could see (DESIGN.md), so it counts 0 bytes.
@@ -210,6 +211,10 @@ class DeviceHandles:
         return p
 
     def _make(self, name: str) -> HandlePool:
+        if name == "cudnn":  # optional (cudnn_attention.py); imported only when attention asks for it
+            from .cudnn_attention import CudnnLibrary
+
+            return HandlePool(CudnnLibrary(self.ctx))
         mod = _bindings(name)
         if name == "cublas":
             return HandlePool(CublasLibrary(self.ctx, mod))
