@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 from ...dtypes import bfloat16, float16
 from ...shapes import contiguous_strides
-from .handles import _Library, device_handles
+from .handles import cudnn_pool
 
 #: Set (to a reason) to keep cuDNN off whatever is installed: the fake driver of the tests does.
 DISABLED: str | None = None
@@ -155,43 +155,6 @@ def misaligned(*arrays: Any) -> str | None:
     return None
 
 
-# -- the handle pool adapter ------------------------------------------------------------------------
-
-class _Handles:
-    """``create``/``destroy`` as :class:`handles._Library` calls them (it measures the first create)."""
-
-    def __init__(self, cudnn: Any):
-        self.cudnn = cudnn
-
-    def create(self) -> Any:
-        return self.cudnn.create_handle()
-
-    def destroy(self, handle: Any) -> None:
-        self.cudnn.destroy_handle(handle)
-
-
-class CudnnLibrary(_Library):
-    """cuDNN for the handle pool: the stream lives in the handle (``set_stream``), the workspace goes
-    with each ``execute`` and is sized per graph (``pool.use(lane, need=bytes)``)."""
-
-    name = "cudnn"
-
-    def __init__(self, ctx: Any):
-        cudnn = _frontend_or_none()
-        if cudnn is None:
-            raise RuntimeError(f"cudnn handle pool: {unavailable_reason()}")
-        super().__init__(ctx, _Handles(cudnn))
-
-    def set_stream(self, handle: Any, lane: Any) -> None:
-        self.mod.cudnn.set_stream(handle=handle, stream=lane.handle)
-
-    def workspace_bytes(self, device: Any) -> int:
-        return 0  # sized per graph: use(lane, need=...)
-
-    def set_workspace(self, handle: Any, workspace: Any, nbytes: int) -> None:
-        pass  # passed to each execute
-
-
 # -- graphs, built once per spec and device ----------------------------------------------------------
 
 class _Built:
@@ -265,7 +228,7 @@ def run(lane: Any, spec: SdpaSpec, q: Any, k: Any, v: Any, out: Any, capturing: 
     built = cache.graphs.get(spec)
     if isinstance(built, str):
         return built
-    pool = device_handles(lane.ctx).pool("cudnn")
+    pool = cudnn_pool(lane.ctx, cudnn)
     if built is None:
         if capturing:
             return "cuDNN graph not built before the CUDA-graph capture"
