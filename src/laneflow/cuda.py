@@ -54,8 +54,26 @@ def set_allow_tf32(allow: bool) -> None:
     _set(allow)
 
 
-__all__ = ["POLICIES", "handle_policy", "handle_stats", "handles_per_device", "reset_handle_stats", "set_allow_tf32",
-           "set_handle_policy", "set_handles_per_device"]
+def attention_stats() -> dict[str, Any]:
+    """Which implementation ran ``lf.nn.scaled_dot_product_attention`` on the GPU since the last reset:
+    ``cudnn`` and ``nvrtc`` call counts, ``fallbacks`` (why calls that could have used cuDNN did not,
+    with counts), ``cudnn_unavailable`` (None, or why cuDNN cannot load) and ``mode``
+    (``LANEFLOW_ATTENTION``: auto, cudnn or nvrtc). Counts commands run, not CUDA-graph replays."""
+    from .backends.cuda.attention_choice import stats
+
+    return stats()
+
+
+def reset_attention_stats() -> None:
+    """Zero the counts of :func:`attention_stats`."""
+    from .backends.cuda.attention_choice import reset_stats
+
+    reset_stats()
+
+
+__all__ = ["POLICIES", "attention_stats", "handle_policy", "handle_stats", "handles_per_device",
+           "reset_attention_stats", "reset_handle_stats", "set_allow_tf32", "set_handle_policy",
+           "set_handles_per_device"]
 
 
 # -- custom kernels: lf.cuda.kernel -------------------------------------------------------------------

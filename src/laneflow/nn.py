@@ -7,7 +7,8 @@ Every op has a numpy reference on the CPU (``backends/cpu/kernels.py``) and one 
 layer and RMS norms one warp (or block) per row, the activations single elementwise steps that fuse
 with their neighbours (and, after a matmul and a bias add, become cuBLASLt's ``GELU_BIAS`` epilogue:
 ``graph/epilogue.py``), attention one flash-style kernel (``backends/cuda/kernels/attention.py``) that
-reads q, k and v through any strides, so the heads of a fused QKV projection need no copies.
+reads q, k and v through any strides, so the heads of a fused QKV projection need no copies, or cuDNN's
+fused SDPA where installed and chosen (``backends/cuda/attention_choice.py``, ``LANEFLOW_ATTENTION``).
 Half-precision inputs compute their statistics, scores and accumulators in float32.
 """
 

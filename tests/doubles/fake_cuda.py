@@ -157,7 +157,9 @@ def install(real_nvrtc: bool = False) -> None:
         mod = importlib.import_module(m.name)
         if getattr(mod, "cu", None) is real:
             mod.cu = fake
-    from laneflow.backends.cuda import driver, handles, matmul, nvrtc
+    from laneflow.backends.cuda import cudnn_attention, driver, handles, matmul, nvrtc
+
+    cudnn_attention.DISABLED = "the fake driver runs no cuDNN"
 
     driver._initialised = False
     if not real_nvrtc:

@@ -8,10 +8,10 @@ here or in :data:`UNSUPPORTED` (``tests/test_op_table.py`` checks).
 
 from __future__ import annotations
 
+from . import attention_choice as _attention
 from . import custom as _custom
 from . import matmul as _matmul
 from . import linalg as _linalg
-from .kernels import attention as _attention
 from .kernels import copy as _copy
 from .kernels import dynamic as _dynamic
 from .kernels import elementwise as _ew

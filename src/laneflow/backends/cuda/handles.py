@@ -1,4 +1,5 @@
-"""CUDA library adapters for :class:`laneflow.runtime.handle_pool.HandlePool`: cuBLASLt, cuBLAS, cuSOLVER.
+"""CUDA library adapters for :class:`laneflow.runtime.handle_pool.HandlePool`: cuBLASLt, cuBLAS, cuSOLVER,
+cuDNN.
 
 - cuBLASLt takes the stream and the workspace with every call, so its handle never needs a set-stream.
   A cuBLASLt handle holds no device memory that we could see (DESIGN.md), so it counts 0 bytes.
@@ -135,6 +136,39 @@ class CublasLibrary(_Library):
         self.mod.set_workspace(handle, workspace[0], nbytes)
 
 
+class _CudnnHandles:
+    """``create``/``destroy`` as :class:`_Library` calls them (it measures the first create)."""
+
+    def __init__(self, cudnn: Any):
+        self.cudnn = cudnn
+
+    def create(self) -> Any:
+        return self.cudnn.create_handle()
+
+    def destroy(self, handle: Any) -> None:
+        self.cudnn.destroy_handle(handle)
+
+
+class CudnnLibrary(_Library):
+    """cuDNN through nvidia-cudnn-frontend (``cudnn_attention.py``): the stream lives in the handle
+    (``cudnn.set_stream``, which the frontend's Handle skips when unchanged), the workspace goes with
+    each ``execute`` and is sized per graph (``pool.use(lane, need=bytes)``)."""
+
+    name = "cudnn"
+
+    def __init__(self, ctx: Any, cudnn: Any):
+        super().__init__(ctx, _CudnnHandles(cudnn))
+
+    def set_stream(self, handle: Any, lane: Any) -> None:
+        self.mod.cudnn.set_stream(handle=handle, stream=lane.handle)
+
+    def workspace_bytes(self, device: Any) -> int:
+        return 0  # sized per graph: use(lane, need=...)
+
+    def set_workspace(self, handle: Any, workspace: Any, nbytes: int) -> None:
+        pass  # passed to each execute
+
+
 class _HandOver:
     """One handle's ordering across lanes: an event recorded on the lane it leaves."""
 
@@ -264,4 +298,14 @@ def cublaslt_pool(ctx: Any, lt: Any) -> HandlePool:
         p = g.pools.get("cublasLt")
         if p is None:
             p = g.pools["cublasLt"] = HandlePool(CublasLtLibrary(ctx, lt))
+    return p
+
+
+def cudnn_pool(ctx: Any, cudnn: Any) -> HandlePool:
+    """cuDNN's pool of the device (the attention's), with the frontend module ``cudnn``."""
+    g = device_handles(ctx)
+    with g._lock:
+        p = g.pools.get("cudnn")
+        if p is None:
+            p = g.pools["cudnn"] = HandlePool(CudnnLibrary(ctx, cudnn))
     return p

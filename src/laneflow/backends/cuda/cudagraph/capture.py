@@ -77,7 +77,7 @@ def assign_branches(deps: list[list[int]], limit: int) -> tuple[list[int], int]:
 
 #: The library pools whose workspaces a step of each kind uses (other kinds use none; linalg and user
 #: kernels: any pool, so every pool is warmed).
-_POOLS_OF = {"matmul": ("cublasLt",), "matmul_group": ("cublas",)}
+_POOLS_OF = {"matmul": ("cublasLt",), "matmul_group": ("cublas",), "attention": ("cudnn",)}
 
 
 def prewarm_libraries(ctx, lanes, kinds=None) -> None:
