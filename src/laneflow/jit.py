@@ -187,6 +187,18 @@ class CompiledFunction:
         if datas is None:
             leaves, treedef = _flatten((args, kwargs), _is_array)
             datas = [a._data for a in leaves]
+        plan = self._plan(stream, leaves, treedef, datas)
+        self._last = None  # the last call's values: not held while this call picks an output set
+        out = _replay(plan, datas, stream, False)
+        # Keeps the last call's argument values (their buffers the plan keeps anyway, as the graph's
+        # bound arguments) so that a call with the same values skips the signature. Only for calls
+        # of arrays alone: a static argument is part of the signature, not of the values.
+        self._last = (stream, datas, plan) if simple else None
+        return out
+
+    def _plan(self, stream: Any, leaves: list, treedef: Any, datas: list, donate: tuple = ()) -> Plan:
+        """The plan of this signature (argument structure, shapes, dtypes, devices, stream), traced now
+        if it is new."""
         dev = stream.device  # the stream id is in the key, so None can stand for its device (cheaper to hash)
         key = (treedef, stream.id,
                tuple([(d.shape, d.dtype, None if d.device is dev or d.device == dev else d.device) for d in datas]))
@@ -196,15 +208,8 @@ class CompiledFunction:
             raise CompileError(f"compile: {self.__name__}: non-array arguments must be hashable (they are "
                                "static: a new value traces again)") from None
         if plan is None:
-            plan = self._trace(leaves, treedef)
-            self._plans[key] = plan
-        self._last = None  # the last call's values: not held while this call picks an output set
-        out = _replay(plan, datas, stream, False)
-        # Keeps the last call's argument values (their buffers the plan keeps anyway, as the graph's
-        # bound arguments) so that a call with the same values skips the signature. Only for calls
-        # of arrays alone: a static argument is part of the signature, not of the values.
-        self._last = (stream, datas, plan) if simple else None
-        return out
+            plan = self._plans[key] = self._trace(leaves, treedef, donate)
+        return plan
 
     def _call_donating(self, args: tuple, kwargs: dict) -> Any:
         """A call that gives up the arrays of ``donate_argnums``: steps that may write in place into
@@ -223,17 +228,7 @@ class CompiledFunction:
             raise ValueError(f"compile: {self.__name__}: a donated array is passed twice; donate it once and pass "
                              "no other reference to it")
         datas = [a._data for a in leaves]
-        dev = stream.device
-        key = (treedef, stream.id,
-               tuple([(d.shape, d.dtype, None if d.device is dev or d.device == dev else d.device) for d in datas]))
-        try:
-            plan = self._plans.get(key)
-        except TypeError:
-            raise CompileError(f"compile: {self.__name__}: non-array arguments must be hashable (they are "
-                               "static: a new value traces again)") from None
-        if plan is None:
-            plan = self._trace(leaves, treedef, tuple(given))
-            self._plans[key] = plan
+        plan = self._plan(stream, leaves, treedef, datas, tuple(given))
         with _sched.LOCK:
             pending = [d for d in datas if d.buffer is None]
             if pending:

@@ -143,12 +143,17 @@ def fuse(items: list) -> list | None:
             fused[d] = _build(d, members, pos)
     if not fused:
         return None
+    return replace_groups(items, absorbed, fused)
+
+
+def replace_groups(items: list, absorbed: set, groups: dict) -> list:
+    """``items`` without the ``absorbed`` nodes, each group's root replaced by its :class:`FusedNode`."""
     out = []
     for d in items:
         if type(d) is ArrayData:
             if d in absorbed:
                 continue
-            f = fused.get(d)
+            f = groups.get(d)
             if f is not None:
                 out.append(f)
                 continue

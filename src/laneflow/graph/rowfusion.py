@@ -124,17 +124,7 @@ def fuse_rows(items: list) -> list | None:
             groups[d] = _build(d, members, pos, kinds, n)
     if not groups:
         return None
-    out = []
-    for d in items:
-        if type(d) is ArrayData:
-            if d in absorbed:
-                continue
-            f = groups.get(d)
-            if f is not None:
-                out.append(f)
-                continue
-        out.append(d)
-    return out
+    return fusion.replace_groups(items, absorbed, groups)
 
 
 def _grow(root: ArrayData, kinds: dict, pos: dict, taken: set) -> tuple | None:
