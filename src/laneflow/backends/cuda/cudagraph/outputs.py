@@ -296,14 +296,14 @@ class Lease:
         if block is not None:  # moved values: free their block after its writer and every reader
             h = block.data
             if h.ptr:
-                self.ctx.memory.pending.append((h.ptr, block.writer, tuple(pts), h.nbytes))
+                self.ctx.memory.pending.append((h.ptr, block.writer, tuple(pts)))
                 h.ptr = 0
             return
         region = self.region
         if self.owned:  # a region left to the values (exported, no move, a dropped plan's set)
             h = region.data
             if h.ptr:
-                self.ctx.memory.pending.append((h.ptr, region.writer, (*region.readers.values(), *pts), 0))
+                self.ctx.memory.pending.append((h.ptr, region.writer, (*region.readers.values(), *pts)))
                 h.ptr = 0
             return
         o = self.set()

@@ -29,15 +29,8 @@ PARAM = {
 }
 
 
-_NAMES: dict = {}
-
-
 def dname(dt: np.dtype) -> str:
-    """The dtype's name (``str(np.dtype(dt))`` costs about half a microsecond: kept per dtype)."""
-    name = _NAMES.get(dt)
-    if name is None:
-        name = _NAMES[dt] = str(np.dtype(dt))
-    return name
+    return str(np.dtype(dt))
 
 
 def storage(dt: np.dtype) -> str:
