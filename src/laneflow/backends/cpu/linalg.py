@@ -1,4 +1,10 @@
-"""CPU linear algebra through numpy.linalg; failures become :class:`lf.LinAlgError` naming the op."""
+"""CPU linear algebra through numpy.linalg; failures become :class:`lf.LinAlgError` naming the op.
+
+svd and eigh refuse inputs with inf or NaN before LAPACK sees them: OpenBLAS's SVD of
+``diag([inf, 1, 1])`` never returns (it loops while holding the GIL, freezing the interpreter), and an
+iterative eigensolver has nothing finite to converge to. The check is one ``isfinite`` pass inside the
+command; the other routines take non-finite inputs as numpy does (NaN results, or numpy's error).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,16 @@ import numpy as np
 from ...errors import LinAlgError
 
 
+#: Routines that can loop forever (or need finite input to converge) on inf or NaN.
+_FINITE_ONLY = frozenset(("svd", "eigh"))
+
+
 def linalg(lane, prim, ins, outs):
     name, p = prim.name, prim.params
+    if name in _FINITE_ONLY and not np.isfinite(ins[0]).all():
+        a = ins[0]
+        raise LinAlgError(f"{name}: the input {a.shape} {a.dtype} holds inf or NaN; {name} needs finite values "
+                          "(check the values that produced it, e.g. with lf.isfinite)")
     try:
         if name == "cholesky":
             res = (np.linalg.cholesky(ins[0], upper=p["upper"]),)
