@@ -289,3 +289,15 @@ def test_a_backend_that_cannot_start_keeps_no_callers_frame_alive(monkeypatch):
     assert ref() is None
     with pytest.raises(registry.DeviceUnavailableError, match="probe2: no driver here"):
         registry.backend_for(lf.Device("gpu"), "probe2")
+
+
+def test_a_run_time_error_names_the_op_its_shapes_dtypes_and_lane():
+    x = lf.array(np.arange(4.0), device=lf.cpu)
+    i = lf.array(np.array([5]), device=lf.cpu) + 0  # computed: checked when the command runs
+    with pytest.raises(lf.ExecutionError) as info:
+        np.asarray(x[i])
+    msg = str(info.value)
+    assert msg.startswith("getitem: failed while running (inputs (4,) float64, (1,) int64; outputs (1,) float64; "
+                          "on lane cpu:0/"), msg
+    assert "IndexError" in msg and info.value.op == "getitem"
+    assert float(lf.sum(x)) == 6.0  # the runtime stays usable

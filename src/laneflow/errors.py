@@ -13,11 +13,13 @@ class LaneflowError(Exception):
 
 
 class ExecutionError(LaneflowError):
-    """A command failed while it ran. ``op`` names the op; ``__cause__`` holds the original error."""
+    """A command failed while it ran. ``op`` names the op; ``where`` its inputs, outputs and lane (as
+    shapes and dtypes, when known); ``__cause__`` holds the original error."""
 
-    def __init__(self, op: str, cause: BaseException):
-        self.op = op
-        super().__init__(f"{op}: failed while running: {type(cause).__name__}: {cause}")
+    def __init__(self, op: str, cause: BaseException, where: str = ""):
+        self.op, self.where = op, where
+        at = f" ({where})" if where else ""
+        super().__init__(f"{op}: failed while running{at}: {type(cause).__name__}: {cause}")
         self.__cause__ = cause
 
 

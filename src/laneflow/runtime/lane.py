@@ -79,6 +79,18 @@ class Command:
     def __init__(self, op: str, fn: Callable[["Lane"], Any], reads: Sequence, writes: Sequence, seq: int = 0):
         self.op, self.fn, self.reads, self.writes, self.seq = op, fn, reads, writes, seq
 
+    def where(self, lane: "Lane") -> str:
+        """The command's inputs and outputs (shapes and dtypes of their data) and its lane, for an error
+        message: computed only when the command failed."""
+        def desc(bufs) -> str:
+            out = []
+            for b in bufs:
+                d = getattr(b, "data", None)
+                shape, dtype = getattr(d, "shape", None), getattr(d, "dtype", None)
+                out.append("?" if shape is None else f"{tuple(shape)} {dtype}")
+            return ", ".join(out) or "none"
+        return f"inputs {desc(self.reads)}; outputs {desc(self.writes)}; on lane {getattr(lane, 'name', lane)}"
+
     def run(self, lane: "Lane") -> None:
         err = None
         inherited = None
@@ -95,7 +107,7 @@ class Command:
             except LaneflowError as e:
                 err = e
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes the op's error
-                err = ExecutionError(self.op, e)
+                err = ExecutionError(self.op, e, self.where(lane))
             finally:
                 lane.checks = None
                 for c in found:  # also after a failure: a kernel may have been launched
