@@ -241,10 +241,13 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None, /, *, stream: Any = None)
     if a_min is None and a_max is None:
         raise ValueError("clip: give at least one of a_min and a_max")
     r = x
-    if a_min is not None:
-        r = GENERATED["maximum"](r, a_min, stream=stream)
-    if a_max is not None:
-        r = GENERATED["minimum"](r, a_max, stream=stream)
+    try:
+        if a_min is not None:
+            r = GENERATED["maximum"](r, a_min, stream=stream)
+        if a_max is not None:
+            r = GENERATED["minimum"](r, a_max, stream=stream)
+    except (TypeError, ValueError) as e:  # the error names clip, the op the user called
+        raise type(e)(f"clip: {e}") from None
     return r
 
 
