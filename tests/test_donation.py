@@ -35,6 +35,8 @@ def test_a_donated_cache_is_updated_in_place_and_matches_the_undonated_step(devi
             c2, s2 = g(c2, pos, kv)
             assert float(s1) == float(s2) == 12 * (t + 0.5)
             ptrs.append(_ptr(c1))
+            data = c1._data.buffer.data  # the memory later ops read the value through: its own shape
+            assert tuple(data.shape) == c1.shape and data.dtype == c1.dtype
             captures.append(f.stats()[0].get("captures"))
         np.testing.assert_array_equal(np.asarray(c1), np.asarray(c2))
     # from the third call on (the second builds the executor / graph) the cache stays where it is
@@ -87,3 +89,34 @@ def test_donated_lists_of_arrays_and_bad_arguments(device):
         lf.compile(step, donate_argnums=(-1,))
     with pytest.raises(TypeError, match="donate_argnums"):
         lf.compile(step, donate_argnums="0")
+
+
+_FAKE_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np, laneflow as lf
+f = lf.compile(lambda c, p, kv: lf.dynamic_update_slice(c, kv, (0, p, 0)), donate_argnums=(0,))
+with lf.stream(lf.gpu):
+    c = lf.zeros((2, 12, 3))
+    ptrs = []
+    for t in range(5):
+        c = f(c, lf.array(np.int32(t)), lf.ones((2, 1, 3)))
+        lf.eval(c)
+        h = c._data.buffer.data
+        assert tuple(h.shape) == (2, 12, 3) and h.dtype == c.dtype, (h.shape, h.dtype)
+        ptrs.append(h.ptr)
+    assert f.stats()[0]["mode"] == "cuda graph" and len(set(ptrs[1:])) == 1, (f.stats(), ptrs)
+print("donation ok")
+"""
+
+
+def test_a_graphs_state_buffer_is_a_value_of_the_arguments_shape_on_the_fake_gpu(tmp_path):
+    """On the CUDA backend (fake driver, no GPU): from the graph's first call on, the cache lives in the
+    graph's state buffer, whose handle has the argument's shape and dtype (later eager ops read it so)."""
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    from conftest import run_under_fake_driver
+
+    p = run_under_fake_driver(_FAKE_SCRIPT, tmp_path, timeout=120)
+    assert p.returncode == 0 and "donation ok" in p.stdout, p.stdout[-2000:] + p.stderr[-3000:]

@@ -28,7 +28,7 @@ from . import capture
 from .binding import Arguments, host_checks
 from .capture import CaptureUnsupported, Temps, assign_branches
 from .checks import launch_checks, release_temps
-from .outputs import Lease, OutBuffer, OutputSets, OutSet
+from .outputs import Lease, OutBuffer, OutputSets, OutSet, allocate_static
 
 
 class GraphPlan:
@@ -70,8 +70,9 @@ class GraphPlan:
         # the call's value of that slot is the state buffer itself, so passing it back next call (a KV
         # cache, ``cache = step(cache, ...)``) needs no copy. Another buffer passed is copied in first.
         self.inplace = dict(plan.inplace)  # slot -> argument
-        self.states = {arg: backend.allocate_region(device, self.spec_of[slot].nbytes, "donated argument")
-                       for slot, arg in self.inplace.items()}
+        ctx = backend.context(device.index)
+        self.states = {arg: allocate_static(ctx, device, self.spec_of[slot].shape, self.spec_of[slot].dtype,
+                                            "donated argument") for slot, arg in self.inplace.items()}
         self._owners: dict = {}  # argument -> weakref of the value whose buffer its state buffer is
         returned = []
         for ref, *_ in plan.outputs:

@@ -51,11 +51,18 @@ class OutBuffer(Buffer):
 def allocate_region(ctx, device, nbytes: int, op: str) -> Buffer:
     """Memory for a plan region, usable on every stream at once (allocated on the pool's free stream,
     which is then synchronised: a one-time cost per plan)."""
+    return allocate_static(ctx, device, (max(nbytes, 1),), _U8, op)
+
+
+def allocate_static(ctx, device, shape: tuple, dtype, op: str) -> Buffer:
+    """A buffer of ``shape`` and ``dtype`` whose address is fixed now (a graph bakes it in), usable on
+    every stream at once: a region (bytes), or a donated argument's state buffer, which a call returns
+    as a value and later ops read with its own shape and dtype."""
     mem = ctx.memory
-    h = DeviceArray(ctx, (max(nbytes, 1),), _U8)
+    h = DeviceArray(ctx, shape, dtype)
     with ctx.lock:
         ctx.ensure_current()
-        h.ptr = mem.raw_alloc(h.nbytes, mem.free_stream, op)
+        h.ptr = mem.raw_alloc(max(h.nbytes, 1), mem.free_stream, op)
         check(cu.cuStreamSynchronize(mem.free_stream), "cuStreamSynchronize (region)")
     return Buffer(device, h.nbytes, h, mem.release)
 
