@@ -168,23 +168,29 @@ def _build(root: ArrayData, members: list, pos: dict) -> FusedNode:
     in_index: dict = {}
     steps = []
     for m in members:
-        ops = []
         p = m.prim
         # astype is the "identity" step: the input converted to the node's dtype, as its kernel does
         fn, operands = (p.fn, p.operands) if p.kind == "elementwise" else ("identity", (0,))
-        for o in operands:
-            if o.__class__ is not int:
-                ops.append(o)  # a Scalar
-                continue
-            i = m.inputs[o]
-            j = step_of.get(i)
-            if j is not None:
-                ops.append(-(j + 1))
-            else:
-                k = in_index.get(i)
-                if k is None:
-                    k = in_index[i] = len(inputs)
-                    inputs.append(i)
-                ops.append(k)
-        steps.append((fn, tuple(ops), m.dtype))
+        steps.append((fn, step_operands(m, operands, step_of, in_index, inputs), m.dtype))
     return FusedNode(Fused(tuple(steps), [m.prim.name for m in members]), root, members, inputs)
+
+
+def step_operands(m: ArrayData, operands: tuple, step_of: dict, in_index: dict, inputs: list) -> tuple:
+    """A member's operands as a fused step reads them: a Scalar as it is, an earlier member as
+    ``-(step + 1)``, a value from outside as its input number (appended to ``inputs`` when new)."""
+    ops = []
+    for o in operands:
+        if o.__class__ is not int:
+            ops.append(o)  # a Scalar
+            continue
+        i = m.inputs[o]
+        j = step_of.get(i)
+        if j is not None:
+            ops.append(-(j + 1))
+            continue
+        k = in_index.get(i)
+        if k is None:
+            k = in_index[i] = len(inputs)
+            inputs.append(i)
+        ops.append(k)
+    return tuple(ops)

@@ -209,21 +209,7 @@ def _build(root: ArrayData, members: list, pos: dict, kinds: dict, n: int) -> Fu
                                   else ("astype", "identity", (0,)))
         else:
             kind, op, operands = ("reduce" if mk == "r" else "softmax"), p, (0,)
-        ops = []
-        for o in operands:
-            if o.__class__ is not int:
-                ops.append(o)  # a Scalar
-                continue
-            i = m.inputs[o]
-            j = step_of.get(i)
-            if j is not None:
-                ops.append(-(j + 1))
-                continue
-            k = in_index.get(i)
-            if k is None:
-                k = in_index[i] = len(inputs)
-                inputs.append(i)
-            ops.append(k)
-        steps.append((kind, op, tuple(ops), m.dtype, m.shape[-1] == n and mk != "r"))
+        ops = fusion.step_operands(m, operands, step_of, in_index, inputs)
+        steps.append((kind, op, ops, m.dtype, m.shape[-1] == n and mk != "r"))
     prim = RowFused(tuple(steps), [m.prim.name for m in members], n)
     return FusedNode(prim, root, members, inputs)
