@@ -146,6 +146,7 @@ class CompiledFunction:
     def __init__(self, fn: Callable, donate_argnums: tuple = ()):
         self.fn = fn
         self.donate_argnums = donate_argnums
+        self._given: dict = {}  # argument structure -> leaf positions of the donated arguments
         self._plans: dict = {}
         self._flat: dict = {}  # number of positional arrays -> the structure of (args, {})
         self._last: tuple | None = None  # (stream, argument values, plan) of the last call
@@ -216,19 +217,21 @@ class CompiledFunction:
         them do (``graph/plan.py: donation``), and the given Arrays are unusable afterwards."""
         stream = current_stream()
         leaves, treedef = _flatten((args, kwargs), _is_array)
-        given: list[int] = []  # leaf positions of the donated arguments
-        k = 0
-        for j, a in enumerate(args):
-            n = len(_flatten(a, _is_array)[0])
-            if j in self.donate_argnums:
-                given.extend(range(k, k + n))
-            k += n
-        ids = [id(leaves[i]) for i in given]
-        if len(set(ids)) != len(ids) or any(id(a) in set(ids) for i, a in enumerate(leaves) if i not in given):
+        given = self._given.get(treedef)  # leaf positions of the donated arguments, per structure
+        if given is None:
+            given, k = [], 0
+            for j, a in enumerate(args):
+                n = len(_flatten(a, _is_array)[0])
+                if j in self.donate_argnums:
+                    given.extend(range(k, k + n))
+                k += n
+            given = self._given[treedef] = tuple(given)
+        ids = {id(leaves[i]) for i in given}
+        if len(ids) != len(given) or sum(id(a) in ids for a in leaves) != len(given):
             raise ValueError(f"compile: {self.__name__}: a donated array is passed twice; donate it once and pass "
                              "no other reference to it")
         datas = [a._data for a in leaves]
-        plan = self._plan(stream, leaves, treedef, datas, tuple(given))
+        plan = self._plan(stream, leaves, treedef, datas, given)
         with _sched.LOCK:
             pending = [d for d in datas if d.buffer is None]
             if pending:
@@ -328,7 +331,7 @@ def _replay(plan: Plan, datas: list, stream: Any, evaluated: bool, donated: froz
                 a._data = d
                 d.arrays += 1
                 results.append(a)
-            if plan.inplace and plan.unit and hasattr(plan.unit, "own"):
+            if plan.inplace and plan.unit:
                 for slot, d in made.items():  # who holds a graph's state buffers now
                     if slot in plan.inplace:
                         plan.unit.own(slot, d)

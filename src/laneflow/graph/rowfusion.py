@@ -35,6 +35,8 @@ from .node import ArrayData, Primitive, Scalar
 ROW_REDUCTIONS = frozenset(("sum", "mean", "max", "min", "prod"))
 #: Most members in one row program, and most inputs (each may need its own strides).
 MAX_MEMBERS = 48
+#: Kinds a row program needs at least one of.
+_ROOT_KINDS = frozenset(("reduce", "softmax"))
 MAX_INPUTS = 16
 
 
@@ -96,6 +98,11 @@ def fuse_rows(items: list) -> list | None:
     """``items`` (inputs before users) with row programs replaced by :class:`FusedNode` s of a
     :class:`RowFused`, or None when none forms."""
     if not fusion.enabled():
+        return None
+    for d in items:  # the common eval has no reduction at all: one cheap scan, then nothing to do
+        if type(d) is ArrayData and d.prim.kind in _ROOT_KINDS:
+            break
+    else:
         return None
     kinds: dict = {}
     seeded: set = set()  # nodes with a row reduction or softmax among their fusible ancestors (or themselves)

@@ -98,6 +98,9 @@ class CPUPlan:
         """The buffer the last call wrote ``slot`` (a donated argument's, or a fresh one) into."""
         return self._last[slot]
 
+    def own(self, slot: int, d) -> None:
+        """(CUDA graphs track who holds their state buffers; on the CPU a donated buffer is the caller's.)"""
+
 
 class _Outputs:
     """A call's output buffers, as the lease of a CUDA graph's call gives them (``specs``,

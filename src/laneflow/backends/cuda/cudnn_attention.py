@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 from ...dtypes import bfloat16, float16
 from ...shapes import contiguous_strides
-from .handles import cudnn_pool
+from .handles import cudnn_pool, per_device
 
 #: Set (to a reason) to keep cuDNN off whatever is installed: the fake driver of the tests does.
 DISABLED: str | None = None
@@ -197,13 +197,7 @@ class _DeviceGraphs:
 
 
 def _graphs(ctx: Any) -> _DeviceGraphs:
-    g = getattr(ctx, "cudnn_sdpa", None)
-    if g is None:
-        with _load_lock:
-            g = getattr(ctx, "cudnn_sdpa", None)
-            if g is None:
-                g = ctx.cudnn_sdpa = _DeviceGraphs()
-    return g
+    return per_device(ctx, "cudnn_sdpa", _DeviceGraphs)
 
 
 def built_specs(ctx: Any) -> dict:

@@ -279,33 +279,39 @@ def _bindings(name: str) -> Any:
 _groups_lock = threading.Lock()
 
 
+def per_device(ctx: Any, attr: str, make: Any) -> Any:
+    """``ctx.<attr>``, made once by ``make()`` (under a lock; later reads take none): state that one
+    device's context keeps for a library (its handle pools, cuDNN's graphs)."""
+    v = getattr(ctx, attr, None)
+    if v is None:
+        with _groups_lock:
+            v = getattr(ctx, attr, None)
+            if v is None:
+                v = make()
+                setattr(ctx, attr, v)
+    return v
+
+
 def device_handles(ctx: Any) -> DeviceHandles:
     """The device's :class:`DeviceHandles` (kept on the context)."""
-    g = getattr(ctx, "handles", None)
-    if g is None:
-        with _groups_lock:
-            g = getattr(ctx, "handles", None)
-            if g is None:
-                g = DeviceHandles(ctx)
-                ctx.handles = g
-    return g
+    return per_device(ctx, "handles", lambda: DeviceHandles(ctx))
+
+
+def _library_pool(ctx: Any, name: str, make: Any) -> HandlePool:
+    """The device's pool ``name``, made with ``make()`` (its library adapter) on first use."""
+    g = device_handles(ctx)
+    with g._lock:
+        p = g.pools.get(name)
+        if p is None:
+            p = g.pools[name] = HandlePool(make())
+    return p
 
 
 def cublaslt_pool(ctx: Any, lt: Any) -> HandlePool:
     """cuBLASLt's pool of the device (the matmul's)."""
-    g = device_handles(ctx)
-    with g._lock:
-        p = g.pools.get("cublasLt")
-        if p is None:
-            p = g.pools["cublasLt"] = HandlePool(CublasLtLibrary(ctx, lt))
-    return p
+    return _library_pool(ctx, "cublasLt", lambda: CublasLtLibrary(ctx, lt))
 
 
 def cudnn_pool(ctx: Any, cudnn: Any) -> HandlePool:
     """cuDNN's pool of the device (the attention's), with the frontend module ``cudnn``."""
-    g = device_handles(ctx)
-    with g._lock:
-        p = g.pools.get("cudnn")
-        if p is None:
-            p = g.pools["cudnn"] = HandlePool(CudnnLibrary(ctx, cudnn))
-    return p
+    return _library_pool(ctx, "cudnn", lambda: CudnnLibrary(ctx, cudnn))

@@ -124,8 +124,19 @@ def _check_owner_chain(path: Path) -> None:
             raise PermissionError(f"{p} is writable by other users")
 
 
+_secrets: dict = {}
+
+
 def _secret(d: Path) -> bytes | None:
-    """The per-user secret that signs the entries, created once (mode 0600); None when unusable."""
+    """The per-user secret that signs the entries, created once (mode 0600) and read once per
+    directory per process; None when unusable."""
+    k = _secrets.get(d)
+    if k is None:
+        k = _secrets[d] = _load_secret(d)
+    return k or None
+
+
+def _load_secret(d: Path) -> bytes:
     p = d / _KEY_FILE
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -138,11 +149,11 @@ def _secret(d: Path) -> bytes | None:
         st = p.lstat()
         if stat.S_ISLNK(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o077:
             _warn_once(f"key {p}", f"kernel disk cache disabled: its key {p} is a link, not ours, or open to others")
-            return None
+            return b""
         k = p.read_bytes()
-        return k if len(k) == 32 else None
+        return k if len(k) == 32 else b""
     except OSError:
-        return None
+        return b""
 
 
 def _sign(secret: bytes, name: str, image: bytes) -> bytes:

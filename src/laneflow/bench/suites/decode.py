@@ -143,7 +143,7 @@ def _laneflow_step(case: Case, ctx, compiled: bool, fused: bool, lanes: int) -> 
         return logits
 
     label = ("laneflow lf.nn" if fused else "laneflow") + (" compiled, caches donated" if compiled else " eager")
-    impl = lfi.eager(case, ctx.device, lambda: run(), [], lanes, label=label, stream=stream, report_cache=False,
+    impl = lfi.eager(case, ctx.device, run, [], lanes, label=label, stream=stream, report_cache=False,
                      note="one lf.compile'd step per token; the caches donated" if compiled else
                      "one lf.eval per token (plan cache hits)")
     if compiled:
