@@ -223,6 +223,26 @@ def test_stats_count_commands_per_lane():
     assert s["per_lane"][l0.name] == 2 and s["per_lane"][l1.name] == 1
 
 
+def test_stats_keep_the_commands_of_lanes_that_died_and_count_from_a_reset():
+    # the counts are read from each lane's sequence numbers (no counter per command): a lane that
+    # dies leaves its count, and a reset starts every lane from zero
+    import gc
+
+    enc, (l0, l1, _) = make(stream_id=4343)
+    run(enc, l0, writes=[buf()])
+    STATS.reset()
+    run(enc, l0, writes=[buf()])
+    run(enc, l1, writes=[buf()])
+    run(enc, l1, writes=[buf()])
+    name1 = l1.name
+    del enc, l1, _
+    gc.collect()
+    s = lf.stats()
+    assert s["per_lane"] == {l0.name: 1, name1: 2} and s["commands"] == 3, s
+    STATS.reset()
+    assert lf.stats()["per_lane"] == {} and lf.stats()["commands"] == 0
+
+
 # -- the same rules through the public API on real CPU lanes -------------------------------------
 
 def test_public_api_independent_ops_emit_no_waits_and_a_join_emits_one(rng):

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
+from ..runtime.lane import Command
 from .epilogue import fold as fold_epilogues
 from .fusion import FusedNode, fuse
 from .rowfusion import fuse_rows
@@ -207,11 +208,6 @@ def submit(prim, stream, in_bufs: list, outs, donated=None) -> list:
 def encode_call(prim, stream, in_bufs: list, in_data: list, out_bufs: list, out_data: list) -> None:
     """Encode one primitive's command: the encoder orders it by the buffers, the kernel gets the data
     handles (the buffers' own data, or views of them, e.g. a compiled plan's memory regions)."""
-    kern = stream.backend.kernel_of(prim)
-
-    def fn(lane, kern=kern, prim=prim, in_data=in_data, out_data=out_data):
-        kern(lane, prim, in_data, out_data)
-
     if len(in_bufs) < 2:
         reads = in_bufs
     elif len(in_bufs) > 8:  # a grouped command: many inputs
@@ -224,7 +220,7 @@ def encode_call(prim, stream, in_bufs: list, in_data: list, out_bufs: list, out_
                     break
             else:
                 reads.append(b)
-    stream.encoder.encode(prim.name, fn, reads, out_bufs)
+    stream.encoder.submit(Command(prim.name, stream.backend.kernel_of(prim), reads, out_bufs, prim, in_data, out_data))
 
 
 def _finish(outs, bufs) -> None:

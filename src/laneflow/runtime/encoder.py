@@ -95,13 +95,18 @@ class CommandEncoder:
 
     def encode(self, op: str, fn: Callable[[Lane], object], reads: Sequence[Buffer],
                writes: Sequence[Buffer], lane: Lane | None = None, settled: Sequence[Buffer] = ()) -> Point:
-        """Submit one command; returns its point. ``lane`` forces a lane (tests, compile).
+        """Submit one command, ``fn(lane)``; returns its point. ``lane`` forces a lane (tests, compile).
 
         ``settled`` (with ``lane``): more buffers the command reads that need no checks, only their
         reader entries: the caller knows ``lane`` already follows their writers and that they carry no
         error or pending check (a compiled call whose arguments are the last call's, with the same
         writers: ``backends/cuda/cudagraph/``)."""
-        stats = STATS
+        return self.submit(Command(op, fn, reads, writes), lane, settled)
+
+    def submit(self, cmd: Command, lane: Lane | None = None, settled: Sequence[Buffer] = ()) -> Point:
+        """Submit ``cmd`` (its reads and writes set; a kernel's command carries its arguments in
+        slots, so no closure is made per command): hazards, lane, waits, then the lane."""
+        reads, writes = cmd.reads, cmd.writes
         if lane is None and len(self.lanes) == 1:
             lane = self.lanes[0]
         counts = _hazards_on(lane, reads, writes) if lane is not None else None
@@ -109,6 +114,7 @@ class CommandEncoder:
             # Fast path (one-lane streams, compile's launches): every hazard is on this lane, where
             # program order covers it, or already covered by its clock, so there is nothing to wait
             # for and the clock stays.
+            stats = STATS
             raw, waw, war, covered = counts
             if raw:
                 stats.raw += raw
@@ -120,8 +126,7 @@ class CommandEncoder:
                 stats.waits_elided += covered
         else:
             lane = self._place(reads, writes, lane)
-        seq = lane.submitted = lane.submitted + 1
-        cmd = Command(op, fn, reads, writes, seq)
+        seq = cmd.seq = lane.submitted = lane.submitted + 1  # (also the per-lane command count: stats)
         point = Point(lane, seq, lane.clock)
         for b in reads:
             b.readers[lane] = point
@@ -131,14 +136,11 @@ class CommandEncoder:
             b.writer = point
             if b.readers:
                 b.readers = {}  # a new dict: a reader's point never refers to it
-        stats.commands += 1
-        stats.per_lane[lane.name] += 1
         sink = tracing.active
         if sink is not None:
             sink.enqueued(lane, cmd)
         lane._enqueue(cmd)  # Lane.submit, without the extra call
         return point
-
 
     def _place(self, reads: Sequence[Buffer], writes: Sequence[Buffer], lane: Lane | None) -> Lane:
         """The general case: collect the hazards, pick the lane, emit the waits it needs."""

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import ExecutionError, LaneflowError
 from .fence import Fence
+from .stats import STATS
 
 _lane_ids = itertools.count(1)
 _RESOLVE = threading.Lock()
@@ -69,15 +70,19 @@ def _merge(a: tuple | None, b: tuple) -> tuple:
 class Command:
     """One unit of backend work with the buffers it reads and writes.
 
-    ``fn(lane)`` does the work (on the CPU it computes; on CUDA it enqueues). If an input carries an
-    error from a failed command, the work is skipped and the error passes to the outputs, so it is
-    raised at the eval that needs it and the lane itself keeps working.
+    ``fn(lane)`` does the work (on the CPU it computes; on CUDA it enqueues); a primitive's command
+    instead holds its kernel as ``fn`` and the kernel's arguments in ``prim``, ``ins`` and ``outs``
+    (``fn(lane, prim, ins, outs)``), so no closure is made per command. If an input carries an error
+    from a failed command, the work is skipped and the error passes to the outputs, so it is raised at
+    the eval that needs it and the lane itself keeps working.
     """
 
-    __slots__ = ("op", "fn", "reads", "writes", "seq")
+    __slots__ = ("op", "fn", "reads", "writes", "seq", "prim", "ins", "outs")
 
-    def __init__(self, op: str, fn: Callable[["Lane"], Any], reads: Sequence, writes: Sequence, seq: int = 0):
-        self.op, self.fn, self.reads, self.writes, self.seq = op, fn, reads, writes, seq
+    def __init__(self, op: str, fn: Callable, reads: Sequence, writes: Sequence, prim: Any = None,
+                 ins: list | None = None, outs: list | None = None):
+        self.op, self.fn, self.reads, self.writes, self.seq = op, fn, reads, writes, 0
+        self.prim, self.ins, self.outs = prim, ins, outs
 
     def where(self, lane: "Lane") -> str:
         """The command's inputs and outputs (shapes and dtypes of their data) and its lane, for an error
@@ -103,7 +108,10 @@ class Command:
         else:
             found = lane.checks = []
             try:
-                self.fn(lane)
+                if self.prim is None:
+                    self.fn(lane)
+                else:
+                    self.fn(lane, self.prim, self.ins, self.outs)
             except LaneflowError as e:
                 err = e
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes the op's error
@@ -139,6 +147,8 @@ class Lane:
     fence: Fence
     #: While a command runs: where its kernels put their :class:`DeferredCheck` objects (``defer``).
     checks: list | None = None
+    #: ``submitted`` at the last ``lf.reset_stats()`` (``runtime/stats.py`` counts from it)
+    stats_base = 0
 
     def __init__(self, device: Any, stream_id: int, index: int):
         self.id = next(_lane_ids)
@@ -148,6 +158,13 @@ class Lane:
         self.name = f"{device}/s{stream_id}.{index}"
         self.submitted = 0
         self.clock: dict[Lane, int] = {}
+        STATS.track(self)
+
+    def __del__(self) -> None:
+        try:
+            STATS.gone(self)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
     # -- what the encoder calls ---------------------------------------------------------------
     def submit(self, cmd: Command) -> None:

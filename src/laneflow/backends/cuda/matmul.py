@@ -56,7 +56,11 @@ _NO_EPILOGUE = (False, False, None)
 
 
 class _Plan:
-    __slots__ = ("desc", "a", "b", "c", "algo", "algo_ptr", "ws", "alpha", "beta", "keep")
+    """One product's cuBLASLt descriptors and algorithm. The scalars' and the bias pointer's host
+    addresses are taken once here, not per call (a numpy ``.ctypes`` costs about a microsecond)."""
+
+    __slots__ = ("desc", "a", "b", "c", "algo", "algo_ptr", "ws", "alpha", "beta", "keep", "alpha_ptr", "beta_ptr",
+                 "bias", "bias_addr")
 
 
 class MatmulLib:
@@ -139,6 +143,9 @@ class MatmulLib:
         p.ws = int(results["workspace_size"][0]) if "workspace_size" in names else WORKSPACE_BYTES
         p.alpha = np.ones(1, sdt)
         p.beta = (np.ones if residual else np.zeros)(1, sdt)  # D = A B + beta C: C is the residual
+        p.alpha_ptr, p.beta_ptr = p.alpha.ctypes.data, p.beta.ctypes.data
+        p.bias = np.zeros(1, lt.get_matmul_desc_attribute_dtype(D.BIAS_POINTER)) if bias else None
+        p.bias_addr = p.bias.ctypes.data if bias else 0
         return p
 
     def _layout(self, type_id: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> int:
@@ -168,11 +175,11 @@ class MatmulLib:
         e = self.pool.use(lane)  # held until released below (no with-protocol calls on this hot path)
         try:
             handle, (ws_ptr, ws_size) = e.current
+            lt = self.lt
             if bias_ptr:  # the plan's descriptor is shared: its bias pointer is set for this call
-                lt = self.lt
-                self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, p.desc,
-                          lt.MatmulDescAttribute.BIAS_POINTER, bias_ptr)
-            self.lt.matmul(handle, p.desc, p.alpha.ctypes.data, b_ptr, p.a, a_ptr, p.b, p.beta.ctypes.data,
+                p.bias[0] = bias_ptr
+                lt.matmul_desc_set_attribute(p.desc, lt.MatmulDescAttribute.BIAS_POINTER, p.bias_addr, p.bias.itemsize)
+            lt.matmul(handle, p.desc, p.alpha_ptr, b_ptr, p.a, a_ptr, p.b, p.beta_ptr,
                            r_ptr or c_ptr, p.c, c_ptr, p.c, p.algo_ptr, ws_ptr, ws_size, lane.handle)
         finally:
             e.lock.release()

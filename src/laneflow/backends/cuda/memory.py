@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import os
 from typing import Any
 
 import numpy as np
@@ -158,6 +159,7 @@ class Memory:
         # finished when its buffer died: (points, Foreign), released once they have (collect_foreign)
         self.foreign: collections.deque = collections.deque()
         self.capture = None  # while a CUDA graph is captured: where kernels' scratch comes from (graph.py)
+        self.caching: set = set()  # lanes whose free lists hold blocks (``give``, ``flush``)
         self.free_stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
                                  "cuStreamCreate (free stream)")
 
@@ -183,13 +185,54 @@ class Memory:
         if type(h) is SlabArray:
             slab = h.slab
             if not slab.ptr:
-                slab.ptr = base = self.raw_alloc(slab.nbytes, lane.stream, op)
+                slab.ptr = base = self.take(slab.nbytes, lane, op)
                 for m in slab.arrays or ():  # every output at once: the lane skips the others
                     m.ptr = base + m.offset
                 slab.arrays = None  # (and the reference cycle through the slab goes)
             h.ptr = slab.ptr + h.offset
             return
-        h.ptr = self.raw_alloc(h.nbytes, lane.stream, op)
+        h.ptr = self.take(h.nbytes, lane, op)
+
+    def take(self, nbytes: int, lane: Any, op: str) -> int:
+        """``nbytes`` of memory valid in ``lane``'s stream order: a block of its free list when one of
+        that size is there (no driver call), else from the pool."""
+        blocks = lane.blocks.get(nbytes)
+        if blocks and self.capture is None:
+            with self.ctx.lock:  # a flush (stats, OOM) may empty the list meanwhile
+                if blocks:
+                    lane.cached -= nbytes
+                    return blocks.pop()
+        return self.raw_alloc(nbytes, lane.stream, op)
+
+    def give(self, ptr: int, nbytes: int, lane: Any) -> None:
+        """``ptr`` (``nbytes``, from :meth:`take`) is free once ``lane``'s commands so far have run: onto
+        the lane's free list, or back to the pool past :data:`LANE_CACHE_BYTES`. ``lane`` is not closed."""
+        if self.capture is not None or not LANE_CACHE_BYTES:
+            self.raw_free(ptr, lane.stream)
+            return
+        with self.ctx.lock:
+            if lane.cached + nbytes > LANE_CACHE_BYTES:
+                self.flush(lane)
+                if nbytes > LANE_CACHE_BYTES:
+                    self.raw_free(ptr, lane.stream)
+                    return
+            blocks = lane.blocks.get(nbytes)
+            if blocks is None:
+                blocks = lane.blocks[nbytes] = []
+            blocks.append(ptr)
+            lane.cached += nbytes
+            self.caching.add(lane)
+
+    def flush(self, lane: Any = None) -> None:
+        """Return the free lists of ``lane`` (None: every lane) to the pool, each block freed in its
+        lane's stream order. Before a lane's stream goes, when memory runs out, and for stats."""
+        with self.ctx.lock:
+            for ln in [lane] if lane is not None else list(self.caching):
+                self.caching.discard(ln)
+                blocks, ln.blocks, ln.cached = ln.blocks, {}, 0
+                for ptrs in blocks.values():
+                    for ptr in ptrs:
+                        self.raw_free(ptr, ln.stream)
 
     def raw_alloc(self, nbytes: int, stream: Any, op: str) -> int:
         cap = self.capture
@@ -207,6 +250,7 @@ class Memory:
             # for later: destroying one takes handle-pool locks this thread may hold.
             gc.collect()
             self.collect(retire=False)
+            self.flush()
             self.ctx.synchronize()
             self.collect(retire=False)
             self.ctx.synchronize()
@@ -240,6 +284,7 @@ class Memory:
         with self.ctx.lock:
             self.ctx.ensure_current()
             self.collect()
+            self.flush()  # blocks on lanes' free lists count as free
             self.ctx.synchronize()  # queued frees have run once this returns
         a = cu.CUmemPool_attribute
         out = {}
@@ -286,11 +331,11 @@ class Memory:
                 pts.extend(buf.readers.values())
             h.ptr = 0
             if slab.tokens.pop() == 0 and slab.ptr:  # the last output of the slab died
-                self.pending.append((slab.ptr, None, tuple(slab.points)))
+                self.pending.append((slab.ptr, None, tuple(slab.points), slab.nbytes))
                 slab.ptr = 0
             return
         if h.ptr:
-            self.pending.append((h.ptr, buf.writer, tuple(buf.readers.values())))
+            self.pending.append((h.ptr, buf.writer, tuple(buf.readers.values()), h.nbytes))
             h.ptr = 0
 
     def collect(self, retire: bool = True) -> None:
@@ -311,8 +356,17 @@ class Memory:
                 if not self._free(*item):
                     self.waiting.append(item)
 
-    def _free(self, ptr: int, writer: Any, readers: tuple) -> bool:
-        """Enqueue the free of ptr after its last uses; False when a CPU lane still uses it."""
+    def _free(self, ptr: int, writer: Any, readers: tuple, nbytes: int) -> bool:
+        """Enqueue the free of ptr after its last uses; False when a CPU lane still uses it.
+        ``nbytes``: its size, when a lane's free list may keep it (0: only the pool may, e.g. graph memory)."""
+        lane = writer.lane if writer is not None else readers[0].lane if readers else None
+        if nbytes and lane.__class__ is CudaLane and not lane.closing:
+            for p in readers:
+                if p.lane is not lane:
+                    break
+            else:  # every use on one lane: its stream order covers them, no event needed
+                self.give(ptr, nbytes, lane)
+                return True
         busy = []
         for p in (writer, *readers):
             if p is None:
@@ -350,6 +404,11 @@ def _done(p) -> bool:
 
 
 _OOM = int(OUT_OF_MEMORY)
+
+#: Most bytes a lane's free lists hold (``Memory.give``); past it the lane's list goes back to the
+#: pool. ``LANEFLOW_LANE_CACHE_BYTES=0`` frees every block to the pool at once (two driver calls per
+#: command, as before the free lists).
+LANE_CACHE_BYTES = max(0, int(os.environ.get("LANEFLOW_LANE_CACHE_BYTES", str(64 << 20))))
 
 
 def _try(fn, *args) -> None:

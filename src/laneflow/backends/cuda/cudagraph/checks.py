@@ -18,7 +18,7 @@ def release_temps(ctx, temps, last) -> None:
     """A dropped graph's scratch and check slots go back once its last launch (``last``) is done."""
     after = (last,) if last is not None else ()
     for p in temps.ptrs:
-        ctx.memory.pending.append((p, None, after))
+        ctx.memory.pending.append((p, None, after, 0))  # graph memory: never a lane's free list
     temps.ptrs = set()
     if temps.checks:
         slots = slots_of(ctx)

@@ -303,14 +303,14 @@ class Lease:
         if block is not None:  # moved values: free their block after its writer and every reader
             h = block.data
             if h.ptr:
-                self.ctx.memory.pending.append((h.ptr, block.writer, tuple(pts)))
+                self.ctx.memory.pending.append((h.ptr, block.writer, tuple(pts), h.nbytes))
                 h.ptr = 0
             return
         region = self.region
         if self.owned:  # a region left to the values (exported, no move, a dropped plan's set)
             h = region.data
             if h.ptr:
-                self.ctx.memory.pending.append((h.ptr, region.writer, (*region.readers.values(), *pts)))
+                self.ctx.memory.pending.append((h.ptr, region.writer, (*region.readers.values(), *pts), 0))
                 h.ptr = 0
             return
         o = self.set()

@@ -29,8 +29,15 @@ PARAM = {
 }
 
 
+_NAMES: dict = {}
+
+
 def dname(dt: np.dtype) -> str:
-    return str(np.dtype(dt))
+    """The dtype's name (``str(np.dtype(dt))`` costs about half a microsecond: kept per dtype)."""
+    name = _NAMES.get(dt)
+    if name is None:
+        name = _NAMES[dt] = str(np.dtype(dt))
+    return name
 
 
 def storage(dt: np.dtype) -> str:

@@ -1,0 +1,158 @@
+"""The uncached eager path's per-command host work on the CUDA backend (issue 15), under the fake
+driver (``tests/doubles/fake_cuda.py``): memory only one lane used goes to that lane's free list and
+is reused there without a driver call, memory used on several lanes goes back to the pool after
+every lane's last use, a lane's list is freed on its stream before the stream goes, and out of
+memory or ``memory_stats`` return the lists to the pool; event polling finds finished marks with
+few queries. In a subprocess, as the fake driver must never meet a real one."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_under_fake_driver
+
+pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed (pip install -e '.[dev]')")
+
+_SCRIPT = r'''
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+calls = []   # (name, first argument, stream) of allocations, frees and stream destroys, in order
+oom = [False]
+_alloc = fake_cuda.FAKES["cuMemAllocFromPoolAsync"]
+def alloc(n, pool, st):
+    if oom[0]:
+        oom[0] = False
+        from cuda.bindings import driver as cu
+        return (cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0)
+    r = _alloc(n, pool, st)
+    calls.append(("alloc", int(r[1]), int(st)))
+    return r
+fake_cuda.FAKES["cuMemAllocFromPoolAsync"] = alloc
+fake_cuda.FAKES["cuMemFreeAsync"] = lambda p, st: (calls.append(("free", int(p), int(st))), (fake_cuda.OK,))[1]
+_destroy = fake_cuda.FAKES["cuStreamDestroy"]
+fake_cuda.FAKES["cuStreamDestroy"] = lambda st: (calls.append(("destroy", int(st), int(st))), _destroy(st))[1]
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.graph import eval_cache, fusion
+from laneflow.runtime.backend import backend_for
+
+fusion.set_enabled(False)
+s = lf.new_stream(lf.gpu, lanes=1)
+lane = s.lanes[0]
+mem = lane.ctx.memory
+x = lf.array(np.ones(64, np.float32), stream=s)
+lf.eval(x)
+
+
+def settle():
+    """One command of another size: the next command collects what died, without reusing it."""
+    lf.eval(lf.zeros((3,), lf.int8, stream=s) + 1)
+
+
+def step():
+    with lf.stream(s):
+        y = lf.exp(x) * 2.0 + x   # exp's and multiply's outputs die: a buffer per command, not donated
+    lf.eval(y)
+    return y
+
+
+with eval_cache.bypass():
+    for _ in range(3):
+        step()
+    calls.clear()
+    before = lf.stats()["commands"]
+    for _ in range(50):
+        step()
+    n = lf.stats()["commands"] - before
+    assert n == 150, n
+    assert len(calls) <= 2, calls          # reused from the lane's free list: no driver call per command
+    settle()
+    assert lane.cached and mem.caching == {lane}, (lane.cached, mem.caching)
+
+    # memory_stats returns every list to the pool, each block freed on its lane's stream
+    held = [p for ps in lane.blocks.values() for p in ps]
+    assert held
+    calls.clear()
+    backend_for(lf.gpu).memory_stats()
+    assert not lane.blocks and lane.cached == 0 and not mem.caching
+    assert sorted(p for c, p, st in calls if c == "free" and st == lane.handle) == sorted(held), calls
+
+    # out of memory: the lists go back to the pool before the one retry
+    step()
+    settle()
+    held = [p for ln in mem.caching for ps in ln.blocks.values() for p in ps]
+    assert held
+    calls.clear()
+    oom[0] = True
+    with lf.stream(s):
+        big = lf.exp(lf.zeros((1000,), lf.float32))
+    lf.eval(big)
+    assert set(held) <= {p for c, p, st in calls if c == "free"}, calls   # (and what died meanwhile)
+    assert not lane.blocks and not mem.caching
+
+    # read on two lanes: the pool frees it after both (the free stream waits), never a lane's list
+    s2 = lf.new_stream(lf.gpu, lanes=2)
+    a, b = s2.lanes
+    with lf.stream(s2):
+        u = lf.exp(x)
+        lf.eval(u)
+        buf = u._data.buffer
+        ptr = buf.data.ptr
+        v1 = u * 2.0
+        v2 = u * 3.0
+        lf.eval(v1, v2)
+    assert set(buf.readers) | {buf.writer.lane} == {a, b}, buf.readers
+    calls.clear()
+    del u, buf
+    gc.collect()
+    lf.eval(v1 + 1.0)
+    assert any(c == "free" and p == ptr for c, p, _ in calls), calls
+    assert all(ptr not in ps for ln in (a, b) for ps in ln.blocks.values())
+
+    # a closed lane's list is freed on its stream before the stream is destroyed
+    s3 = lf.new_stream(lf.gpu, lanes=1)
+    l3 = s3.lanes[0]
+    with lf.stream(s3):
+        for _ in range(3):
+            lf.eval(lf.exp(x) * 2.0)
+        lf.eval(lf.zeros((3,), lf.int8) + 1)
+    held = [p for ps in l3.blocks.values() for p in ps]
+    assert held
+    calls.clear()
+    s3.close()
+    lf.eval(lf.exp(x) * 2.0)                 # the next command destroys the closed lane
+    h3 = l3.handle
+    order = [c for c in calls if c[2] == h3]
+    assert order and order[-1][0] == "destroy", order
+    assert sorted(p for c, p, _ in order[:-1]) == sorted(held), order
+print("host path ok")
+'''
+
+
+def test_lane_free_lists_reuse_one_lanes_memory_and_return_it_to_the_pool(tmp_path):
+    p = run_under_fake_driver(_SCRIPT, tmp_path, timeout=120)
+    assert p.returncode == 0 and "host path ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]
+
+
+def test_finished_marks_are_found_with_few_queries():
+    """Events of one stream finish in order: ``_finished`` counts them by bisection, with one query
+    for a lane that is behind and two for one that keeps up."""
+    from laneflow.backends.cuda import lanes as L
+
+    for n in range(1, 70):
+        for k in range(n + 1):
+            marks = L.collections.deque((s, s) for s in range(n))
+            asked = []
+
+            def query(ev, k=k, asked=asked):
+                asked.append(ev)
+                return 0 if ev < k else L._NOT_READY
+
+            assert L._finished(marks, query) == k, (n, k)
+            if k == 0:
+                assert asked == [0]
+            elif k == n:
+                assert len(asked) <= 2, asked
+            else:
+                assert len(asked) <= 3 + n.bit_length(), (n, k, asked)
