@@ -439,7 +439,13 @@ def defer_info(lane, op, what, detail, ptr, count, prim=None):
             raise S._info_error(op, what, detail, int(nz[0]), int(inf[nz[0]]), count)
 
 
-S.strided_copy, S._tri_zero, S._eye, S._defer_info = strided, tri, eye, defer_info
+def defer_finite(lane, op, a):
+    # the GPU's scan flags inf or NaN for the host wait; here it is raised at once
+    if a.size and not np.isfinite(view(a.ptr, a.dtype, a.shape)).all():
+        raise S.non_finite_input(op, a.shape, a.dtype)
+
+
+S.strided_copy, S._tri_zero, S._eye, S._defer_info, S._defer_finite = strided, tri, eye, defer_info, defer_finite
 
 
 class Mem:

@@ -291,13 +291,31 @@ def test_a_backend_that_cannot_start_keeps_no_callers_frame_alive(monkeypatch):
         registry.backend_for(lf.Device("gpu"), "probe2")
 
 
-def test_a_run_time_error_names_the_op_its_shapes_dtypes_and_lane():
-    x = lf.array(np.arange(4.0), device=lf.cpu)
-    i = lf.array(np.array([5]), device=lf.cpu) + 0  # computed: checked when the command runs
-    with pytest.raises(lf.ExecutionError) as info:
-        np.asarray(x[i])
+def test_a_run_time_error_names_the_op_its_shapes_dtypes_and_lane(device):
+    # On the GPU the bad index is found by the kernel and read from a check slot at the host wait.
+    with lf.stream(device):
+        x = lf.array(np.arange(4.0))
+        i = lf.array(np.array([5])) + 0  # computed: checked when the command runs
+        with pytest.raises(lf.ExecutionError) as info:
+            np.asarray(x[i])
     msg = str(info.value)
     assert msg.startswith("getitem: failed while running (inputs (4,) float64, (1,) int64; outputs (1,) float64; "
-                          "on lane cpu:0/"), msg
-    assert "IndexError" in msg and info.value.op == "getitem"
-    assert float(lf.sum(x)) == 6.0  # the runtime stays usable
+                          f"on lane {device.type}:"), msg
+    assert "IndexError" in msg and "index 5 is out of bounds" in msg and info.value.op == "getitem"
+    with lf.stream(device):
+        assert float(lf.sum(x)) == 6.0  # the runtime stays usable
+
+
+def test_a_run_time_error_of_a_cached_plan_names_shapes_dtypes_and_lane_too():
+    """A repeated eval replays the plan cache's executor (one command for the plan on the CPU); its
+    error names the failing step's values as a command's does."""
+    x = lf.array(np.arange(4.0), device=lf.cpu)
+    msgs = []
+    for _ in range(3):
+        i = lf.array(np.array([7]), device=lf.cpu) + 0
+        with pytest.raises(lf.ExecutionError) as info:
+            lf.eval(x[i] * 2.0)
+        msgs.append(str(info.value))
+    for msg in msgs:
+        assert msg.startswith("getitem: failed while running (inputs (4,) float64, (1,) int64; outputs (1,) float64; "
+                              "on lane cpu:"), msg

@@ -39,6 +39,17 @@ class LinAlgError(LaneflowError, ValueError):
     """A linear-algebra op met a matrix it cannot handle (singular, not positive definite)."""
 
 
+#: Linear-algebra routines that refuse inf or NaN on every backend: OpenBLAS's SVD of
+#: ``diag([inf, 1, 1])`` never returns, and an iterative eigensolver has nothing finite to converge to.
+FINITE_ONLY = frozenset(("svd", "eigh"))
+
+
+def non_finite_input(op: str, shape: tuple, dtype) -> LinAlgError:
+    """The error of a :data:`FINITE_ONLY` routine given inf or NaN (the same words on every backend)."""
+    return LinAlgError(f"{op}: the input {tuple(shape)} {dtype} holds inf or NaN; {op} needs finite values "
+                       "(check the values that produced it, e.g. with lf.isfinite)")
+
+
 class CompileError(LaneflowError):
     """A function given to ``lf.compile`` does something a traced function cannot do; the message
     names the op and the fix."""

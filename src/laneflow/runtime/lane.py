@@ -38,18 +38,22 @@ class DeferredCheck:
     and everything computed from them, raise it at the host wait that needs them (``lf.eval``, a host
     read), as a failure detected on the host would."""
 
-    __slots__ = ("_read", "_error", "__weakref__")
+    __slots__ = ("_read", "_error", "where", "__weakref__")
 
     def __init__(self, read: Callable[[], LaneflowError | None]):
         self._read = read
         self._error = None
+        self.where = ""  # the command's shapes, dtypes and lane (Command.where), set when it is submitted
 
     def error(self) -> LaneflowError | None:
         if self._read is not None:
             with _RESOLVE:  # two threads evaluating one value: one reads, both see its answer
                 read = self._read
                 if read is not None:
-                    self._error = read()
+                    err = read()
+                    if isinstance(err, ExecutionError) and not err.where and self.where:
+                        err = ExecutionError(err.op, err.__cause__, self.where)
+                    self._error = err
                     self._read = None
         return self._error
 
@@ -65,6 +69,18 @@ def _merge(a: tuple | None, b: tuple) -> tuple:
         if not any(c is x for x in out):
             out.append(c)
     return tuple(out)
+
+
+def describe(ins: Sequence, outs: Sequence, lane: Any) -> str:
+    """``inputs (4,) float64, (1,) int64; outputs (1,) float64; on lane cpu:0/s1.0``: what an error
+    message says about the values a failing step read and wrote (any objects with shape and dtype)."""
+    def desc(vals) -> str:
+        out = []
+        for d in vals:
+            shape, dtype = getattr(d, "shape", None), getattr(d, "dtype", None)
+            out.append("?" if shape is None else f"{tuple(shape)} {dtype}")
+        return ", ".join(out) or "none"
+    return f"inputs {desc(ins)}; outputs {desc(outs)}; on lane {getattr(lane, 'name', lane)}"
 
 
 class Command:
@@ -86,15 +102,12 @@ class Command:
 
     def where(self, lane: "Lane") -> str:
         """The command's inputs and outputs (shapes and dtypes of their data) and its lane, for an error
-        message: computed only when the command failed."""
-        def desc(bufs) -> str:
-            out = []
-            for b in bufs:
-                d = getattr(b, "data", None)
-                shape, dtype = getattr(d, "shape", None), getattr(d, "dtype", None)
-                out.append("?" if shape is None else f"{tuple(shape)} {dtype}")
-            return ", ".join(out) or "none"
-        return f"inputs {desc(self.reads)}; outputs {desc(self.writes)}; on lane {getattr(lane, 'name', lane)}"
+        message: computed only when the command failed (or, for a command with device-side checks,
+        once when it is submitted)."""
+        if self.prim is not None and self.ins is not None:  # the kernel's own (typed) views
+            return describe(self.ins, self.outs, lane)
+        return describe([getattr(b, "data", None) for b in self.reads],
+                        [getattr(b, "data", None) for b in self.writes], lane)
 
     def run(self, lane: "Lane") -> None:
         err = None
@@ -118,8 +131,11 @@ class Command:
                 err = ExecutionError(self.op, e, self.where(lane))
             finally:
                 lane.checks = None
-                for c in found:  # also after a failure: a kernel may have been launched
-                    c.bind(lane, self.seq)
+                if found:
+                    where = self.where(lane)  # the error is read later, when the buffers may be gone
+                    for c in found:  # also after a failure: a kernel may have been launched
+                        c.bind(lane, self.seq)
+                        c.where = where
             if err is None:
                 if found:
                     inherited = _merge(inherited, tuple(found))

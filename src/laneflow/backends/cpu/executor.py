@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import ExecutionError, LaneflowError
 from ...runtime.buffer import Buffer
+from ...runtime.lane import describe
 
 
 class CPUPlan:
@@ -86,7 +87,7 @@ class CPUPlan:
                 except LaneflowError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the failing op is named, as a command would be
-                    raise ExecutionError(prim.name, e) from e
+                    raise ExecutionError(prim.name, e, describe(ins, res, lane)) from e
 
         reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
         stream.encoder.encode("compiled plan", run_all, reads, [*self.regions, *outs.values()], lane=stream.lanes[0])

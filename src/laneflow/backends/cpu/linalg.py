@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import LinAlgError
-
-
-#: Routines that can loop forever (or need finite input to converge) on inf or NaN.
-_FINITE_ONLY = frozenset(("svd", "eigh"))
+from ...errors import FINITE_ONLY, LinAlgError, non_finite_input
 
 
 def linalg(lane, prim, ins, outs):
     name, p = prim.name, prim.params
-    if name in _FINITE_ONLY and not np.isfinite(ins[0]).all():
-        a = ins[0]
-        raise LinAlgError(f"{name}: the input {a.shape} {a.dtype} holds inf or NaN; {name} needs finite values "
-                          "(check the values that produced it, e.g. with lf.isfinite)")
+    if name in FINITE_ONLY and not np.isfinite(ins[0]).all():
+        raise non_finite_input(name, ins[0].shape, ins[0].dtype)
     try:
         if name == "cholesky":
             res = (np.linalg.cholesky(ins[0], upper=p["upper"]),)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver as cu
 
-from ...errors import LaneflowError, LinAlgError
+from ...errors import FINITE_ONLY, LaneflowError, LinAlgError, non_finite_input
 from .checks import deferred
 from .driver import check
 from .handles import device_handles
@@ -190,6 +190,27 @@ def _defer_info(lane, op: str, what: str, detail: str, ptr: int, count: int, pri
     slot = deferred(lane, explain, "linalg", overwrites=True)
     k = lane.ctx.modules.get(("solver_info_scan",), _build_scan)
     k.launch(lane.handle, (1, 1, 1), (32, 1, 1), (ptr, count, slot))
+
+
+def _build_finite(dtype):
+    T = _ctype(dtype)
+    src = (f'extern "C" __global__ void lf_finite_scan(const {T}* a, long long total, unsigned long long* slot) {{\n'
+           "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;"
+           " i += (long long)blockDim.x * gridDim.x) {\n"
+           "    if (!isfinite(a[i])) { slot[0] = 1ULL; return; }\n  }\n}\n")
+    return src, "lf_finite_scan", "pqp"
+
+
+def _defer_finite(lane, op: str, a) -> None:
+    """svd and eigh refuse inf and NaN on the GPU too (:data:`laneflow.errors.FINITE_ONLY`), without a
+    host wait: a scan flags a non-finite value in a check slot, read at the host wait that needs the
+    results, so the command raises the CPU's :class:`LinAlgError`."""
+    if not a.size:
+        return
+    shape, dtype = a.shape, a.dtype
+    slot = deferred(lane, lambda words: non_finite_input(op, shape, dtype) if words[0] else None, op)
+    k = lane.ctx.modules.get(("solver_finite_scan", dtype), lambda: _build_finite(dtype))
+    k.launch(lane.handle, grid_1d(lane.ctx, a.size), (256, 1, 1), (a.ptr, a.size, slot))
 
 
 # -- small kernels: zero a triangle, write identities --------------------------------------------
@@ -445,6 +466,8 @@ def linalg(lane, prim, ins, outs) -> None:
         # refused before cuSOLVER sees the capture: a failed syevd capture left the stream unusable
         raise LaneflowError(f"{name}: cuSOLVER's {NOT_CAPTURABLE[name]} cannot be captured into a CUDA graph "
                             "(tools/probe_solver_capture.py); the compiled function replays its commands")
+    if name in FINITE_ONLY:
+        _defer_finite(lane, name, ins[0])  # first: its error is the one a failing matrix reports
     lib = _lib(lane.ctx)
     call = _Call(lane)
     try:
