@@ -1,0 +1,63 @@
+"""Device time per op of one GPT-2 small eager forward, from ``lf.trace()`` (no profiler needed).
+
+    python tools/op_times.py [--batch 1] [--tokens 16] [--models nn,plain]
+
+For each model (written with ``lf.nn`` or with plain ops) the forward runs eagerly with the plan cache
+bypassed, so every step is its own command with its own timing events; after two warm-up forwards one
+more runs under ``lf.trace()``. Prints, per op name, the commands and their summed device time, and the
+sum against the span: where the compiled forward's time goes, op by op (a CUDA graph runs the same
+kernels, without the gaps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+import numpy as np
+
+
+def times(model: str, batch: int, tokens: int) -> tuple[dict, float, int]:
+    import laneflow as lf
+    from laneflow.graph import eval_cache
+    from laneflow.models import gpt2
+
+    cfg = gpt2.GPT2Config()
+    dev = lf.Device("gpu")
+    st = lf.new_stream(dev, lanes=1)
+    params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16, device=dev)
+    lf.eval(list(params.values()))
+    ids = lf.array(np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, tokens)), stream=st)
+    ops = gpt2.NN_OPS if model == "nn" else gpt2.LANEFLOW_OPS
+    with eval_cache.bypass():
+        for _ in range(2):
+            with lf.stream(st):
+                lf.eval(gpt2.forward(params, ids, cfg, ops))
+        with lf.trace() as tr:
+            with lf.stream(st):
+                lf.eval(gpt2.forward(params, ids, cfg, ops))
+    per: dict = collections.defaultdict(lambda: [0, 0.0])
+    for e in tr.events:
+        per[e.op][0] += 1
+        per[e.op][1] += e.duration
+    return dict(per), tr.summary()["span"], len(tr.events)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--models", default="nn,plain")
+    a = ap.parse_args()
+    for model in a.models.split(","):
+        per, span, n = times(model, a.batch, a.tokens)
+        busy = sum(t for _, t in per.values())
+        print(f"\n{model}: B={a.batch} T={a.tokens}: {n} commands, device busy {busy * 1e6:.1f} µs, "
+              f"span {span * 1e6:.1f} µs")
+        print(f"{'op':40s} {'commands':>8s} {'total µs':>10s} {'µs each':>8s}")
+        for op, (c, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+            print(f"{op[:40]:40s} {c:8d} {t * 1e6:10.1f} {t * 1e6 / c:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
