@@ -244,3 +244,163 @@ def test_programs_mixing_cpu_and_gpu_streams_are_ordered_on_the_modelled_gpu(tmp
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
         words = p.stdout.strip().splitlines()[-1].split()
         assert int(words[3]) == 25 and (int(words[1]) > 0) == broken, p.stdout[-3000:]
+
+
+# -- hangs: the model with the device's progress (race_cuda.install(execute_streams=True)) -----------
+
+_CPU_WAIT_RACE = r'''
+import os, sys, threading
+os.environ["RACE_HANG_S"] = "2"
+sys.path.insert(0, sys.argv[1])
+import race_cuda as R
+R.install(execute_streams=True)
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda import hostsync as HS
+
+g = lf.new_stream(lf.gpu, lanes=1)
+c = lf.new_stream(lf.cpu, lanes=1)
+fence = g.lanes[0].fence
+queued = threading.Event()   # the GPU stream's wait for the CPU lane is enqueued
+gpu_wait = HS.HostSignals.gpu_wait
+
+def gpu_wait_then_tell(self, stream, point):
+    gpu_wait(self, stream, point)
+    queued.set()
+
+HS.HostSignals.gpu_wait = gpu_wait_then_tell
+fired = []
+
+class Window:
+    """The GPU lane's fence lock. The CPU worker takes it in EventFence.wait after finding the point
+    not yet known finished; just before, once the GPU stream also waits for that worker's lane, the GPU
+    runs what it can and another host thread polls the fence (as the encoder's lane choice does)."""
+    def __init__(self, inner):
+        self.inner = inner
+    def __enter__(self):
+        if not fired and threading.current_thread().name.startswith("laneflow-cpu"):
+            fired.append(fence.known(2))
+            queued.wait(10)
+            R.advance(1.0)
+            fence.value
+        return self.inner.__enter__()
+    def __exit__(self, *a):
+        return self.inner.__exit__(*a)
+
+fence._lock = Window(fence._lock)
+x = lf.add(lf.array(np.ones(4, np.float32), stream=g), 1.0, stream=g)   # GPU lane: commands 1, 2
+a = lf.array(np.ones(4, np.float32), stream=c)
+y = lf.add(x, a, stream=c)     # CPU lane: waits for GPU command 2, copies x, adds
+z = lf.add(y, 1.0, stream=g)   # GPU lane: a wait for the CPU lane (pinned word), then a copy of y
+try:
+    lf.eval(z)
+except lf.LaneflowError as e:
+    print("raised", type(e).__name__, e)
+print(R.hangs[0] if R.hangs else "no hang")
+print("window", fired, "hangs", len(R.hangs))
+'''
+
+
+def test_a_cpu_lane_waiting_for_a_point_another_thread_just_learned_finished_does_not_hang(tmp_path):
+    """The H200 suite's hang (docs/perf/suite-b-hang-h200-2026-12-04-ee661c0.txt), replayed on the
+    modelled device: a CPU worker waiting for GPU command 2 finds it not known finished; before it
+    takes the fence's lock another thread polls the fence, learns command 2 finished and recycles its
+    event. The worker must then return, not wait for an event recorded at the stream's tail now, which
+    is behind the stream's wait for that worker's own later command (that wait never ended)."""
+    p = run_under_fake_driver(_CPU_WAIT_RACE, tmp_path, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    last = p.stdout.strip().splitlines()[-1]
+    assert last == "window [False] hangs 0", p.stdout[-6000:]   # the window was hit; nothing hung
+
+
+_MIXED_DELAYS = r'''
+import gc, os, random, sys
+os.environ["RACE_HANG_S"] = "3"
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # tests/, for test_fuzz
+import race_cuda as R
+R.install(execute_streams=True)
+import numpy as np
+import laneflow as lf
+import test_fuzz as TF
+sys.setswitchinterval(1e-5)  # host threads interleave far more often than they would
+rnd = random.Random({seed})
+done = 0
+for _ in range({programs}):
+    prog = TF.random_program(rnd)
+    streams = [lf.new_stream(lf.gpu if k % 2 == 0 else lf.cpu, lanes=n)
+               for k, n in enumerate(prog["streams"] + [2])]
+    pool = TF.Pool(TF.make_inputs(prog), streams)
+    try:
+        with np.errstate(all="ignore"), lf.testing.inject_delays(0.0005, seed=prog["seed"]):
+            TF.run_steps(pool, prog["steps"], prog["dtype"])
+            lf.eval(*pool.lf)
+            [np.array(a) for a in pool.lf]
+    except lf.LaneflowError as e:
+        print("raised", e)
+    for s in streams:
+        s.close()
+    done += 1
+    gc.collect()
+    if R.hangs:
+        break
+print(R.hangs[0] if R.hangs else "no hang")
+print("hangs", len(R.hangs), "programs", done)
+'''
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_programs_mixing_cpu_and_gpu_streams_with_delays_never_hang_on_the_modelled_gpu(tmp_path, seed):
+    """The mixed programs with random delays and frequent thread switches, on a device that really
+    waits (events, cuStreamWaitValue64 on the CPU lanes' words): no blocking wait is left waiting for
+    work that can never run. Before the fix above about a third of such 60-program runs hung."""
+    p = run_under_fake_driver(_MIXED_DELAYS.format(seed=seed, programs=60), tmp_path, timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    assert p.stdout.strip().splitlines()[-1] == "hangs 0 programs 60", p.stdout[-6000:]
+
+
+_NEVER_ENQUEUED = r"""
+import ctypes, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import race_cuda as R
+R.install(execute_streams=True)
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda.lanes import CudaLane
+
+g = lf.new_stream(lf.gpu, lanes=1)
+c = lf.new_stream(lf.cpu, lanes=1)
+gate = ctypes.c_uint64(0)                      # the GPU stream waits for this word before going on
+R.x_wait_value(g.lanes[0].handle, ctypes.addressof(gate), 1, 0)
+x = lf.add(lf.array(np.ones(4, np.float32), stream=g), 1.0, stream=g)
+lf.async_eval(x)                               # queued behind the gate
+buf = x._data.buffer
+enqueue = CudaLane._enqueue
+CudaLane._enqueue = lambda self, cmd: (_ for _ in ()).throw(RuntimeError("submission failed"))
+try:
+    g.encoder.encode("overwrite", lambda lane: None, (), (buf,))   # buf's writer: a point never enqueued
+except RuntimeError as e:
+    print("submit:", e)
+CudaLane._enqueue = enqueue
+ran = []
+out = c.backend.allocate(c.device, (4,), np.dtype(np.float32), "read")
+c.encoder.encode("read", lambda lane: ran.append(1), (buf,), (out,))   # a CPU lane reads buf
+time.sleep(0.5)
+print("before the GPU ran:", c.lanes[0].fence.value, ran)
+gate.value = 1
+c.synchronize()
+print("after:", c.lanes[0].fence.value, ran, type(out.error).__name__, out.error)
+"""
+
+
+def test_a_cpu_lane_waiting_for_a_gpu_command_that_was_never_enqueued_fails_its_command(tmp_path):
+    """A CPU worker's wait for a GPU point whose command never reached the stream (its submission
+    raised) returns False. The worker must still wait for what the lane had enqueued before it (the
+    point implies those, and the encoder elides later waits on them), and the command after the wait
+    must not run on data nobody wrote: its outputs carry the error."""
+    p = run_under_fake_driver(_NEVER_ENQUEUED, tmp_path, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    out = p.stdout.strip().splitlines()
+    assert out[0] == "submit: submission failed", p.stdout
+    assert out[1] == "before the GPU ran: 0 []", p.stdout          # still waiting for the GPU's add
+    assert out[2].startswith("after: 1 [] ExecutionError") and "never enqueued" in out[2], p.stdout

@@ -19,6 +19,10 @@ which is ordered before the other.
     ...                                     # run laneflow code
     race_cuda.finish()                      # prints the errors (race_cuda.errors) or "clean"
 
+``install(execute_streams=True)`` models the device's progress too (streams run their event records
+and waits in order; host waits block), so a wait for work that can never run is reported as a HANG
+(``race_cuda.hangs``) instead of freezing the test.
+
 Used by ``tests/test_fake_gpu_races.py``; values are garbage, as with ``fake_cuda``.
 """
 
@@ -57,7 +61,7 @@ fail_min = [0]
 
 
 def merge(a, b):
-    for k, v in b.items():
+    for k, v in list(b.items()):  # (a snapshot: another thread may learn more of host_done meanwhile)
         if a.get(k, 0) < v:
             a[k] = v
 
@@ -265,6 +269,164 @@ def consumer_read(stream_handle, ptr, n):
     access(op, ptr, n, "r", "consumer")
 
 
+# -- the device's progress (``install(execute_streams=True)``): what a blocking wait really waits for ----------
+#
+# Each stream runs its event records and its waits in order: an event record completes when the
+# stream reaches it; ``cuStreamWaitEvent`` waits for the event's most recent record *at the time of
+# the call* (re-recording the event later does not move that wait); ``cuStreamWaitValue64`` waits for
+# the 64-bit host word to reach its value. ``cuEventQuery`` / ``cuEventSynchronize`` look at the
+# event's most recent record at the time of the call. Streams advance a step at random (``RACE_PDONE``)
+# whenever the host calls the driver, so work finishes at unpredictable times; a blocking call keeps
+# advancing them and, when what it waits for has not happened after ``RACE_HANG_S`` seconds, reports a HANG (with what
+# every blocked stream waits for) and returns an error instead of blocking forever.
+
+HANG_S = float(os.environ.get("RACE_HANG_S", "3"))
+_xlock = threading.RLock()
+_queue = {}      # stream key -> list of pending ("rec", ev, n) | ("wev", ev, n) | ("wval", addr, value)
+_rec_n = {}      # event -> number of its most recent record
+_ran = {}        # event -> numbers of its records that have run
+hangs = []
+_TIMEOUT = real.CUresult.CUDA_ERROR_LAUNCH_TIMEOUT
+
+
+def _word(addr):
+    import ctypes
+    return ctypes.c_uint64.from_address(addr).value
+
+
+def _ready(op):
+    kind = op[0]
+    if kind == "rec":
+        return True
+    if kind == "wev":
+        return op[2] in _ran.get(op[1], ())
+    return _word(op[1]) >= op[2]
+
+
+def _run(op):
+    if op[0] == "rec":
+        _ran.setdefault(op[1], set()).add(op[2])
+
+
+def advance(p=None):
+    """Let every stream run what it can, each step with probability ``p`` (default RACE_PDONE)."""
+    p = P_DONE if p is None else p
+    with _xlock:
+        moved = True
+        while moved:
+            moved = False
+            for q in _queue.values():
+                while q and _ready(q[0]) and (p >= 1.0 or rng.random() < p):
+                    _run(q.pop(0))
+                    moved = True
+            if p < 1.0:
+                break
+
+
+def _push(s, op):
+    with _xlock:
+        _queue.setdefault(int(s), []).append(op)
+    advance()
+
+
+def _ev_done(ev, n):
+    return n == 0 or n in _ran.get(ev, ())
+
+
+def _blocked():
+    out = []
+    for k, q in _queue.items():
+        if q:
+            op = q[0]
+            what = (f"event {op[1]:#x} record {op[2]}" if op[0] == "wev" else f"word {op[1]:#x} >= {op[2]} "
+                    f"(now {_word(op[1])})")
+            out.append(f"stream {k:#x} waits for {what}, {len(q) - 1} ops behind")
+    return out
+
+
+def _block_until(cond, what):
+    import sys
+    import time
+    deadline = time.monotonic() + HANG_S
+    pause = 1e-5
+    while True:
+        with _xlock:
+            advance(1.0)
+            if cond():
+                return True
+        if time.monotonic() > deadline:
+            frames = sys._current_frames()
+            stacks = "".join(f"--- thread {t.name}\n" + "".join(traceback.format_stack(frames[t.ident], limit=8))
+                             for t in threading.enumerate() if t.ident in frames)
+            with _xlock:
+                blocked = "; ".join(_blocked())
+            msg = f"HANG: {what} never completes; " + blocked + "\n" + stacks
+            hangs.append(msg)
+            errors.append(msg)
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 2e-3)
+
+
+def x_record(ev, s):
+    r = ev_record(ev, s)
+    if not capturing[0]:
+        with _xlock:
+            ev = int(ev)
+            n = _rec_n[ev] = _rec_n.get(ev, 0) + 1
+        _push(s, ("rec", ev, n))
+    return r
+
+
+def x_wait_event(s, ev, flags):
+    r = ev_wait(s, ev, flags)
+    if not capturing[0]:
+        with _xlock:
+            n = _rec_n.get(int(ev), 0)
+        if n:
+            _push(s, ("wev", int(ev), n))
+    return r
+
+
+def x_wait_value(s, addr, value, flags):
+    if not capturing[0]:
+        _push(s, ("wval", int(addr), int(value)))
+    return (OK,)
+
+
+def x_query(ev):
+    ev_i = int(ev)
+    advance()
+    with _xlock:
+        ok = _ev_done(ev_i, _rec_n.get(ev_i, 0))
+    if not ok:
+        return (NOT_READY,)
+    merge(host_done, events.get(ev_i, {}))
+    return (OK,)
+
+
+def x_sync(ev):
+    ev_i = int(ev)
+    with _xlock:
+        n = _rec_n.get(ev_i, 0)
+    if not _block_until(lambda: _ev_done(ev_i, n), f"cuEventSynchronize(event {ev_i:#x} record {n})"):
+        return (_TIMEOUT,)
+    return ev_sync(ev)
+
+
+def x_stream_sync(s):
+    k = int(s)
+    if not _block_until(lambda: not _queue.get(k), f"cuStreamSynchronize({k:#x})"):
+        return (_TIMEOUT,)
+    return stream_sync(s)
+
+
+def x_ctx_sync():
+    if not _block_until(lambda: not any(_queue.values()), "cuCtxSynchronize"):
+        return (_TIMEOUT,)
+    return ctx_sync()
+
+
 FAKES.update({
     "cuMemAllocFromPoolAsync": cu_alloc, "cuMemFreeAsync": cu_free, "cuEventRecord": ev_record,
     "cuStreamWaitEvent": ev_wait, "cuEventQuery": ev_query, "cuEventSynchronize": ev_sync,
@@ -274,7 +436,12 @@ FAKES.update({
 })
 
 
-def install():
+def install(execute_streams: bool = False):
+    """``execute_streams``: model the device's progress too (blocking waits block; hangs are reported)."""
+    if execute_streams:
+        FAKES.update({"cuEventRecord": x_record, "cuStreamWaitEvent": x_wait_event, "cuStreamWaitValue64": x_wait_value,
+                      "cuEventQuery": x_query, "cuEventSynchronize": x_sync, "cuStreamSynchronize": x_stream_sync,
+                      "cuCtxSynchronize": x_ctx_sync})
     fake_cuda.install()
     from laneflow.runtime import lane as L
     from laneflow.backends.cuda.cudagraph import executor as G

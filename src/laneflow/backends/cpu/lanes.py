@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from ...runtime import delays, tracing
-from ...errors import ExecutionError
+from ...errors import ExecutionError, LaneflowError
 from ...runtime.fence import ThreadFence
 from ...runtime.lane import Command, Lane, Point
 
@@ -51,7 +51,10 @@ class ThreadLane(Lane):
             if item.__class__ is Point:
                 # Another lane's command (possibly on another backend) must finish first.
                 try:
-                    item.lane.host_wait(item.seq)
+                    if not item.lane.host_wait(item.seq):
+                        # Never waited: the point was never enqueued (its submission failed), so what
+                        # follows would read what it never wrote. Its outputs get the error instead.
+                        raise LaneflowError(f"{item} was never enqueued")
                 except Exception as e:  # noqa: BLE001 - e.g. a CUDA error while waiting for the GPU
                     wait_error = ExecutionError(f"wait for {item.lane.name}", e)
                 continue

@@ -166,14 +166,23 @@ class EventFence:
             return True
         target = None
         with self._lock:
+            if self._done >= value:
+                # Learned meanwhile (another thread polled ``value``): the point's event is gone, and a
+                # later one (or one recorded now, at the stream's tail) could wait for work queued after
+                # a wait on the waiting thread's own lane (a CPU worker): a deadlock.
+                return True
             for s, ev in self._marks:
                 if s >= value:
                     target = (s, ev)
                     self._syncing += 1
                     break
         if target is None:
-            if value > self._last:  # not enqueued: nothing to wait for on the device
-                return self._done >= value
+            if value > self._last:
+                # Never enqueued (its submission failed): False, but only once what was enqueued before
+                # it has run (a point implies its lane's earlier commands; a waiter relies on that).
+                if self._last:
+                    self.wait(self._last, timeout)
+                return False
             target = self._record_now(hold=True)
             if target[1] is None:  # a destroyed lane with nothing left to wait for
                 return True
