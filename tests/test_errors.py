@@ -309,13 +309,14 @@ def test_a_run_time_error_names_the_op_its_shapes_dtypes_and_lane(device):
 def test_a_run_time_error_of_a_cached_plan_names_shapes_dtypes_and_lane_too():
     """A repeated eval replays the plan cache's executor (one command for the plan on the CPU); its
     error names the failing step's values as a command's does."""
-    x = lf.array(np.arange(4.0), device=lf.cpu)
     msgs = []
-    for _ in range(3):
-        i = lf.array(np.array([7]), device=lf.cpu) + 0
-        with pytest.raises(lf.ExecutionError) as info:
-            lf.eval(x[i] * 2.0)
-        msgs.append(str(info.value))
+    with lf.stream(lf.cpu):
+        x = lf.array(np.arange(4.0))
+        for _ in range(3):
+            i = lf.array(np.array([7])) + 0
+            with pytest.raises(lf.ExecutionError) as info:
+                lf.eval(x[i] * 2.0)
+            msgs.append(str(info.value))
     for msg in msgs:
         assert msg.startswith("getitem: failed while running (inputs (4,) float64, (1,) int64; outputs (1,) float64; "
                               "on lane cpu:"), msg
