@@ -4,7 +4,9 @@
 
 For each model (written with ``lf.nn`` or with plain ops) the forward runs eagerly with the plan cache
 bypassed, so every step is its own command with its own timing events; after two warm-up forwards one
-more runs under ``lf.trace()``. Prints, per op name, the commands and their summed device time, and the
+more runs under ``lf.trace()``, behind a 100 ms sleep kernel on the lane, so that every command is
+enqueued before the GPU reaches it and its timing events bracket its kernels alone (not the host's
+time between launches). Prints, per op name, the commands and their summed device time, and the
 sum against the span: where the compiled forward's time goes, op by op (a CUDA graph runs the same
 kernels, without the gaps).
 """
@@ -33,7 +35,10 @@ def times(model: str, batch: int, tokens: int) -> tuple[dict, float, int]:
         for _ in range(2):
             with lf.stream(st):
                 lf.eval(gpt2.forward(params, ids, cfg, ops))
+        from laneflow.backends.cuda.kernels.misc import gpu_sleep
+
         with lf.trace() as tr:
+            gpu_sleep(st.lanes[0], 0.1)  # the GPU waits until every command is enqueued
             with lf.stream(st):
                 lf.eval(gpt2.forward(params, ids, cfg, ops))
     per: dict = collections.defaultdict(lambda: [0, 0.0])
