@@ -118,3 +118,35 @@ def test_a_failing_matrix_is_named_by_its_index_in_the_whole_batch_when_split_ov
         c = lf.linalg.cholesky(lf.array(spd))
         with pytest.raises(lf.LinAlgError, match=r"matrix 4 of the batch"):
             lf.eval(c)
+
+
+def test_a_buffer_written_in_place_again_and_again_does_not_pile_up_passed_checks():
+    """A donated KV cache is read and written by every call of a compiled step: checks read and passed
+    are not carried on, so a buffer holds only the checks still unread (a decode loop of 40 steps
+    carried 40 of them, and each command's merge grew with the loop)."""
+    from laneflow.graph import schedule as sched
+    from laneflow.graph.node import ArrayData
+
+    s = lf.new_stream(lf.cpu, lanes=1)
+    be = s.backend
+    cache = be.allocate(lf.cpu, (3,), np.dtype(np.float64), "t")
+    out = be.allocate(lf.cpu, (3,), np.dtype(np.float64), "t")
+    cache.data[:] = 0.0
+    carried = []
+    for step in range(40):
+        check = DeferredCheck(lambda: None)
+
+        def update(lane, check=check):
+            cache.data[:] += 1.0
+            out.data[:] = cache.data
+            assert lane.defer(check)
+
+        with sched.LOCK:
+            s.encoder.encode("update", update, [cache], [cache, out])
+        d = ArrayData((3,), np.dtype(np.float64), s, None)
+        d.buffer = out
+        sched.wait(d)  # reads this step's check (it passes)
+        carried.append(len(cache.checks or ()))
+    assert max(carried) <= 2, carried
+    np.testing.assert_array_equal(cache.data, 40.0)
+    s.close()

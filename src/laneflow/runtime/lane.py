@@ -61,14 +61,16 @@ class DeferredCheck:
         """Called once the command is submitted: which point the check belongs to."""
 
 
-def _merge(a: tuple | None, b: tuple) -> tuple:
-    if not a:
-        return b
-    out = list(a)
+def _merge(a: tuple | None, b: tuple) -> tuple | None:
+    """The checks of ``a`` and ``b``, each once, less those already read and passed: a buffer written in
+    place call after call (a donated KV cache) would otherwise carry every earlier call's checks."""
+    out = list(a) if a else []
     for c in b:
+        if c._read is None and c._error is None:
+            continue
         if not any(c is x for x in out):
             out.append(c)
-    return tuple(out)
+    return tuple(out) if out else None
 
 
 def describe(ins: Sequence, outs: Sequence, lane: Any) -> str:
@@ -132,7 +134,9 @@ class Command:
             finally:
                 lane.checks = None
                 if found:
-                    where = self.where(lane)  # the error is read later, when the buffers may be gone
+                    # A kernel's error is read later, when its buffers may be gone: its shapes now (a
+                    # few; a CUDA graph's launch, reading every weight, names the op inside instead).
+                    where = self.where(lane) if self.prim is not None else ""
                     for c in found:  # also after a failure: a kernel may have been launched
                         c.bind(lane, self.seq)
                         c.where = where
