@@ -39,8 +39,13 @@ def _elementwise_cases():
     from laneflow.ops.table import ELEMENTWISE
 
     for row in ELEMENTWISE.values():
-        if row.name not in ("where", "identity"):  # (where: its own test below)
+        if row.name.startswith("bitwise"):  # integer (and bool) ops: every width, signed and unsigned
+            for d in (np.int8, np.uint8, np.int32, np.uint32, np.int64) + (() if "shift" in row.name else (np.bool_,)):
+                yield row.name, np.dtype(d), row.arity == 1
+        elif row.name not in ("where", "identity"):  # (where: its own test below)
             yield row.name, f32, row.arity == 1
+    for fn in ("ceil", "trunc", "sign", "signbit", "isinf", "reciprocal"):
+        yield fn, np.dtype(np.int64), True
     for fn in ("add", "floor_divide", "remainder", "power", "maximum"):
         yield fn, np.dtype(np.int32), False
     yield "add", np.dtype(lf.bfloat16), False

@@ -28,6 +28,16 @@ from .defaults import (
     default_device, default_stream, gpu_available, new_stream, set_default_device, stream, synchronize,
 )
 from .trace import trace
+from ._array_api import (  # noqa: F401
+    __array_api_version__, __array_namespace_info__, can_cast, finfo, iinfo, isdtype,
+)
+from ._ops_namespace import round  # noqa: F401,A004 - the array API's name
+
+# The array API standard's names for what laneflow (and numpy) call otherwise; numpy's names stay.
+bool = bool_  # noqa: A001
+pow = power  # noqa: A001
+e, inf, nan, pi = 2.718281828459045, float("inf"), float("nan"), 3.141592653589793
+newaxis = None
 
 __version__ = "0.1.0"
 

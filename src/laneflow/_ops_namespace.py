@@ -10,20 +10,8 @@ from .ops.reduce import all, any, argmax, argmin, logsumexp, max, mean, min, pro
 from .ops.shape import (  # noqa: F401
     astype, broadcast_to, concatenate, expand_dims, flatten, reshape, split, squeeze, stack, swapaxes, transpose,
 )
-
-from .ops.elementwise import bool_only as _bool_only  # noqa: E402
-
-
-def and_(a, b):
-    """``a & b`` on bool arrays."""
-    return _bool_only("&", _GENERATED["logical_and"], a, b)
-
-
-def or_(a, b):
-    """``a | b`` on bool arrays."""
-    return _bool_only("|", _GENERATED["logical_or"], a, b)
-
-
-def invert(a):
-    """``~a`` on bool arrays."""
-    return _bool_only("~", _GENERATED["logical_not"], a)
+from .ops.manipulation import (  # noqa: F401
+    broadcast_arrays, concat, flip, matrix_transpose, meshgrid, moveaxis, permute_dims, repeat, roll, tile, tril, triu,
+    unstack,
+)
+from .ops.datadep import nonzero, unique_all, unique_counts, unique_inverse, unique_values  # noqa: F401

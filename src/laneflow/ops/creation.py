@@ -52,12 +52,30 @@ def array(obj: Any, dtype: Any = None, device: Device | str | None = None, *, st
     return Array._wrap(constant(obj, st, to, op="array"))
 
 
-def asarray(obj: Any, dtype: Any = None, device: Device | str | None = None, *, stream: Any = None) -> Array:
-    """Like :func:`array`, but returns ``obj`` itself when it already is an Array of that dtype and device."""
+def asarray(obj: Any, dtype: Any = None, device: Device | str | None = None, *, copy: bool | None = None,
+            stream: Any = None) -> Array:
+    """Like :func:`array`, but returns ``obj`` itself when it already is an Array of that dtype and device.
+
+    ``copy=True`` always gives a new array object (arrays are values, so no buffer is copied: an in-place
+    operator on the new object leaves ``obj`` as it was); ``copy=False`` raises ValueError where a copy
+    is needed (host data, a dtype or device change), as the array API standard says.
+    """
     if isinstance(obj, Array) and (dtype is None or dt.dtype(dtype) == obj.dtype) and \
             (device is None or obj.device == stream_of(device, "asarray").device) and stream is None:
-        return obj
+        return Array._wrap(obj._data) if copy else obj
+    if copy is False:
+        what = "host data" if not isinstance(obj, Array) else f"a {obj.dtype} array on {obj.device}"
+        raise ValueError(f"asarray: copy=False, but {what} must be copied to give the array asked for "
+                         f"(dtype={dtype}, device={device}); pass copy=None to allow the copy")
+    if not isinstance(obj, Array) and isinstance(obj, (list, tuple)) and _holds_arrays(obj):
+        from .shape import stack
+
+        return asarray(stack([asarray(o, dtype, device, stream=stream) for o in obj]), dtype, stream=stream)
     return array(obj, dtype, device, stream=stream)
+
+
+def _holds_arrays(obj: Any) -> bool:
+    return any(isinstance(o, Array) or (isinstance(o, (list, tuple)) and _holds_arrays(o)) for o in obj)
 
 
 def _full(op: str, shape: Any, fill_value: Any, dtype: Any, device: Any, stream: Any) -> Array:

@@ -206,7 +206,7 @@ def _unary(row: table.Elementwise):
 GENERATED: dict = {row.name: (_unary if row.arity == 1 else _binary)(row)
                    for row in table.ELEMENTWISE.values() if row.public}
 globals().update(GENERATED)
-__all__ = [*GENERATED, "power", "where", "clip"]
+__all__ = [*GENERATED, "power", "where", "clip", "round"]
 
 
 def power(a: Any, b: Any, /, *, stream: Any = None) -> Array:
@@ -251,10 +251,9 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None, /, *, stream: Any = None)
     return r
 
 
-def bool_only(name: str, fn, *args: Any, stream: Any = None) -> Array:
-    """``&``, ``|`` and ``~`` are logical ops on bool arrays; laneflow has no bitwise integer ops."""
-    for a in args:
-        if isinstance(a, Array) and a.dtype != dt.bool_:
-            raise TypeError(f"{name}: laneflow supports {name} on bool arrays only, got {describe(a._data)}; "
-                            "use lf.logical_and/logical_or/logical_not for truth values")
-    return fn(*args, stream=stream)
+def round(x: Any, /, *, stream: Any = None) -> Array:  # noqa: A001 - the array API's name
+    """Round to the nearest integer, halves to even (numpy's ``np.round`` with no decimals); integer
+    and bool inputs are returned as they are, in their dtype."""
+    if isinstance(x, Array) and x.dtype.kind in "iub":
+        return Array._wrap(x._data)
+    return apply("round", (x,), stream, fn="rint", infer_with=np.rint)

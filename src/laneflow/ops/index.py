@@ -1,7 +1,8 @@
 """Indexing: basic (ints, slices, None, Ellipsis) and integer-array indexing, slice assignment, take.
 
-Boolean masks with laneflow arrays have data-dependent shapes and are refused (use ``lf.where``);
-a boolean *numpy* mask is known on the host and becomes integer indices.
+A boolean *numpy* mask is known on the host and becomes integer indices; a boolean laneflow array
+has a data-dependent shape: it is read on the host eagerly and refused inside ``lf.compile``
+(``ops/datadep.py``; use ``lf.where``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData
+from .datadep import host_value
 from .core import cast, constant, shared, describe, node, normalize_axis, operand, stream_of
 from .primitives import GetItem, Reshape, SetItem, Take
 
@@ -35,6 +37,8 @@ def _normalize(op: str, index: Any, d, st) -> tuple[tuple, list]:
     hosts: dict[int, np.ndarray] = {}  # array number -> host integer indices
     masks: dict[int, np.ndarray] = {}  # array number of a mask's first dimension -> the mask
     for e in index:
+        if e.__class__ is Array and e.dtype == dt.bool_ and e.ndim:  # a data-dependent shape: eager only
+            e = host_value(e, op, "the shape of a boolean-mask index")
         if e is None or e is Ellipsis or isinstance(e, slice):
             entries.append(e)
         elif isinstance(e, bool) or isinstance(e, np.bool_):

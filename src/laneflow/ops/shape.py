@@ -17,14 +17,14 @@ def _same(d, st) -> Array:
     return Array._wrap(d)
 
 
-def astype(x: Any, dtype: Any, *, stream: Any = None) -> Array:
+def astype(x: Any, dtype: Any, *, copy: bool = True, device: Any = None, stream: Any = None) -> Array:
     """A copy cast to ``dtype`` (numpy's unsafe casting: floats truncate towards zero into ints,
     integers wrap around, nonzero becomes True).
 
     As in C and numpy, converting NaN, infinity or a float outside the integer dtype's range (a
     negative float into uint8, say) gives an unspecified value, which may differ between devices.
     """
-    st = stream_of(stream, "astype")
+    st = stream_of(stream if device is None else device, "astype")
     d = operand(x, st, "astype")
     try:
         to = dt.dtype(dtype)
