@@ -15,3 +15,5 @@ from .ops.manipulation import (  # noqa: F401
     unstack,
 )
 from .ops.datadep import nonzero, unique_all, unique_counts, unique_inverse, unique_values  # noqa: F401
+from .ops.sorting import argsort, cumulative_prod, cumulative_sum, searchsorted, sort  # noqa: F401
+from .ops.linalg_api import tensordot, vecdot  # noqa: F401

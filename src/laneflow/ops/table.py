@@ -220,7 +220,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("elementwise", validated=_elementwise_validated, fuses=True),
     Kind("astype", fuses=True),
     Kind("fused"), Kind("rowfused"),
-    Kind("reduce"), Kind("argreduce"), Kind("softmax"), Kind("logsumexp"), Kind("norm"), Kind("attention"),
+    Kind("reduce"), Kind("argreduce"), Kind("sort"), Kind("searchsorted"), Kind("scan"), Kind("softmax"), Kind("logsumexp"), Kind("norm"), Kind("attention"),
     Kind("matmul"), Kind("matmul_group"),
     Kind("reshape"), Kind("transpose"), Kind("broadcast_to"), Kind("strided"), Kind("concatenate"),
     Kind("getitem", validated=_index_inputs(1)), Kind("setitem", validated=_index_inputs(2)),
@@ -228,7 +228,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("dynamic_slice"), Kind("dynamic_update_slice"),
     Kind("full"), Kind("arange"), Kind("linspace"), Kind("eye"),
     Kind("random"), Kind("random_split"),
-    Kind("copy"), Kind("linalg"), Kind("custom"),
+    Kind("copy"), Kind("linalg"), Kind("slogdet"), Kind("custom"),
 )}
 
 
