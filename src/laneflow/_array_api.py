@@ -97,14 +97,14 @@ def isdtype(dtype: Any, kind: Any) -> bool:
 
 
 def can_cast(from_: Any, to: Any, /) -> bool:
-    """Whether the standard's type promotion can turn ``from_`` (a dtype or an array) into ``to``
-    without a change of kind or a loss of range: bool < integers < floats are not crossed."""
+    """Whether ``from_`` (a dtype or an array) converts to ``to`` without a loss: within a kind, the
+    standard's type promotion gives ``to``; across kinds, numpy's "safe" rule."""
     a, b = _dtype_of(from_, "can_cast"), _dtype_of(to, "can_cast")
     if a == b:
         return True
     kinds = [next(k for k in ("bool", "integral", "real floating") if d in KINDS[k]) for d in (a, b)]
-    if kinds[0] != kinds[1]:
-        return False
+    if kinds[0] != kinds[1]:  # across kinds: numpy's "safe" rule (bool to anything, small ints to floats)
+        return kinds[0] == "bool" or bool(np.can_cast(a, b, "safe"))
     try:
         return dt.result_type(a, b) == b
     except (TypeError, np.exceptions.DTypePromotionError):

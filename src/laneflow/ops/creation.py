@@ -117,22 +117,22 @@ def _like(x: Any, dtype: Any, op: str) -> tuple:
     return host.shape, _dtype(dt.wider(host.dtype) or host.dtype if dtype is None else dtype, op)
 
 
-def zeros_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+def zeros_like(x: Any, dtype: Any = None, *, device: Any = None, stream: Any = None) -> Array:
     """Zeros with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "zeros_like")
-    return _full("zeros_like", shape, 0, to, None, stream)
+    return _full("zeros_like", shape, 0, to, device, stream)
 
 
-def ones_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+def ones_like(x: Any, dtype: Any = None, *, device: Any = None, stream: Any = None) -> Array:
     """Ones with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "ones_like")
-    return _full("ones_like", shape, 1, to, None, stream)
+    return _full("ones_like", shape, 1, to, device, stream)
 
 
-def full_like(x: Any, fill_value: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+def full_like(x: Any, fill_value: Any, dtype: Any = None, *, device: Any = None, stream: Any = None) -> Array:
     """``fill_value`` with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "full_like")
-    return _full("full_like", shape, fill_value, to, None, stream)
+    return _full("full_like", shape, fill_value, to, device, stream)
 
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, device: Any = None, *,
@@ -186,3 +186,14 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = dt.float64, devic
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
         raise TypeError(f"eye: k must be an int, got {k!r}")
     return node(Eye(int(k)), (), (int(n), int(m)), _dtype(dtype, "eye") or dt.float64, st)
+
+
+def empty(shape: Any, dtype: Any = dt.float64, device: Any = None, *, stream: Any = None) -> Array:
+    """An array of ``shape`` (laneflow fills it with zeros: values are never left uninitialised)."""
+    return _full("empty", shape, 0, dtype if dtype is not None else dt.float64, device, stream)
+
+
+def empty_like(x: Any, /, *, dtype: Any = None, device: Any = None, stream: Any = None) -> Array:
+    """An array with the shape and dtype of ``x`` (zeros, as :func:`empty`)."""
+    shape, to = _like(x, dtype, "empty_like")
+    return _full("empty_like", shape, 0, to, device, stream)

@@ -131,10 +131,23 @@ def _indexed_shape(op: str, d, entries: tuple, arrays: list) -> tuple:
         raise IndexError(f"{op}: index arrays cannot be broadcast together ({e})") from None
 
 
+def _bool_scalar(index: Any) -> bool | None:
+    """The truth value of a boolean scalar index (a Python, numpy or 0-d laneflow bool), else None."""
+    if isinstance(index, (bool, np.bool_)):
+        return bool(index)
+    if index.__class__ is Array and index.dtype == dt.bool_ and not index.ndim:
+        return bool(host_value(index, "getitem", "the shape of a boolean-scalar index"))
+    return None
+
+
 def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
     """``x[index]`` as a new value (a copy; laneflow arrays are values, not numpy views)."""
     st = stream_of(stream, "getitem")
     d = operand(x, st, "getitem")
+    flag = _bool_scalar(index)
+    if flag is not None:  # x[True] is x with a new leading axis; x[False] the same, emptied (numpy's rule)
+        wide = node(Reshape((1,) + d.shape), (d,), (1,) + d.shape, d.dtype, st)
+        return getitem(wide, slice(0, int(flag)), stream=st)
     entries, arrays = _normalize("getitem", index, d, st)
     shape = _indexed_shape("getitem", d, entries, arrays)
     if not arrays and all(isinstance(e, slice) and e == slice(None) for e in entries) and shape == d.shape:
