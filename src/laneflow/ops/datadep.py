@@ -28,7 +28,7 @@ def host_value(x: Any, op: str, what: str = "its result's shape") -> np.ndarray:
 
 
 def _result(host: np.ndarray, like: Any, st) -> Array:
-    return Array._wrap(constant(np.ascontiguousarray(host), st, op="array"))
+    return Array._wrap(constant(np.array(host, order="C"), st, op="array"))
 
 
 def nonzero(x: Any, /, *, stream: Any = None) -> tuple[Array, ...]:

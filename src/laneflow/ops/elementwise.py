@@ -206,7 +206,7 @@ def _unary(row: table.Elementwise):
 GENERATED: dict = {row.name: (_unary if row.arity == 1 else _binary)(row)
                    for row in table.ELEMENTWISE.values() if row.public}
 globals().update(GENERATED)
-__all__ = [*GENERATED, "power", "where", "clip", "round"]
+__all__ = [*GENERATED, "power", "where", "clip", "round", "real", "imag", "conj"]
 
 
 def power(a: Any, b: Any, /, *, stream: Any = None) -> Array:
@@ -257,3 +257,28 @@ def round(x: Any, /, *, stream: Any = None) -> Array:  # noqa: A001 - the array 
     if isinstance(x, Array) and x.dtype.kind in "iub":
         return Array._wrap(x._data)
     return apply("round", (x,), stream, fn="rint", infer_with=np.rint)
+
+
+def _real_only(op: str, x: Any) -> Array:
+    if not isinstance(x, Array):
+        raise TypeError(f"{op}: expected an lf.Array, got {type(x).__name__}")
+    if x.dtype.kind not in "iuf" and not dt.is_floating(x.dtype):
+        raise TypeError(f"{op}: laneflow has no complex dtypes yet; got a {x.dtype} array of shape {x.shape}")
+    return x
+
+
+def real(x: Any, /) -> Array:
+    """The real part: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
+    return Array._wrap(_real_only("real", x)._data)
+
+
+def conj(x: Any, /) -> Array:
+    """The complex conjugate: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
+    return Array._wrap(_real_only("conj", x)._data)
+
+
+def imag(x: Any, /) -> Array:
+    """The imaginary part: zeros of ``x``'s shape and dtype for real dtypes."""
+    from .creation import zeros_like
+
+    return zeros_like(_real_only("imag", x))

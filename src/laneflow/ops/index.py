@@ -164,6 +164,12 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
     """
     st = stream_of(stream, "setitem")
     d = operand(x, st, "setitem")
+    flag = _bool_scalar(index)
+    if flag is not None:  # x[True] = v sets every element to v (broadcast to (1,) + x.shape); x[False]: none
+        if not flag:
+            return Array._wrap(d)
+        v = getitem(value, 0, stream=st) if isinstance(value, Array) and value.ndim > len(d.shape) else value
+        return setitem(Array._wrap(d), Ellipsis, v, stream=st)
     entries, arrays = _normalize("setitem", index, d, st)
     target = _indexed_shape("setitem", d, entries, arrays)
     if isinstance(value, Array):
