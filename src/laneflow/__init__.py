@@ -21,7 +21,6 @@ from .dtypes import (  # noqa: F401
 from .errors import CompileError, ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError, PrecisionWarning
 from .evaluation import async_eval, eval, plan_cache_info, reset_stats, set_plan_cache, stats  # noqa: A004
 from .jit import compile  # noqa: A004 - MLX's name
-from .interop.dlpack import from_dlpack
 from .runtime.stream import Stream
 from .runtime.backend import DeviceUnavailableError
 from .defaults import (

@@ -1,6 +1,6 @@
 """Every op in one namespace (what ``Array`` methods and ``laneflow/__init__`` draw on)."""
 
-from .ops.creation import arange, array, asarray, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, zeros, zeros_like  # noqa: F401
+from .ops.creation import arange, array, asarray, empty, empty_like, eye, from_dlpack, full, full_like, linspace, ones, ones_like, zeros, zeros_like  # noqa: F401
 from .ops.elementwise import *  # noqa: F401,F403 - every op of the op table (ops/table.py), power, where, clip
 from .ops.elementwise import GENERATED as _GENERATED
 from .ops.dynamic import dynamic_slice, dynamic_update_slice  # noqa: F401

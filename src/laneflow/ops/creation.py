@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..device import Device, as_device
-from ..interop.dlpack import from_dlpack
+from ..interop import dlpack as _dlpack
 from .core import check_shape, constant, node, stream_of, to_stream
 from .primitives import Arange, Eye, Full, Linspace
 from .shape import astype
@@ -47,7 +47,7 @@ def array(obj: Any, dtype: Any = None, device: Device | str | None = None, *, st
         return astype(out, to, stream=st) if to is not None and to != d.dtype else out
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         # from_dlpack shares the producer's memory; copy it now, so later producer writes do not show.
-        shared = from_dlpack(obj)
+        shared = _dlpack.from_dlpack(obj)
         return Array._wrap(constant(np.asarray(shared), st, to if to is not None else shared.dtype, op="array"))
     return Array._wrap(constant(obj, st, to, op="array"))
 
@@ -197,3 +197,19 @@ def empty_like(x: Any, /, *, dtype: Any = None, device: Any = None, stream: Any 
     """An array with the shape and dtype of ``x`` (zeros, as :func:`empty`)."""
     shape, to = _like(x, dtype, "empty_like")
     return _full("empty_like", shape, 0, to, device, stream)
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None, stream: Any = None) -> Array:
+    """An lf.Array over another library's memory (zero-copy where it can: ``interop/dlpack.py``).
+
+    ``copy=True`` copies the values now (later writes by the producer do not show); ``device=`` moves
+    them to that device (a copy, refused with ``copy=False``)."""
+    if copy:
+        return array(x, device=device, stream=stream)
+    out = _dlpack.from_dlpack(x, stream=stream)
+    if device is not None and out.device != as_device(device, f"from_dlpack: bad device={device!r}"):
+        if copy is False:
+            raise ValueError(f"from_dlpack: the data is on {out.device}, device={device} needs a copy, "
+                             "but copy=False was given")
+        return asarray(out, device=device)
+    return out

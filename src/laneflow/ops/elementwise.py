@@ -236,10 +236,11 @@ def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
     return apply("where", (condition, x, y), st, fn="where", result=res)
 
 
-def clip(x: Any, a_min: Any = None, a_max: Any = None, /, *, stream: Any = None) -> Array:
-    """Limit values to [a_min, a_max] (either may be None)."""
+def clip(x: Any, /, min: Any = None, max: Any = None, *, stream: Any = None) -> Array:  # noqa: A002
+    """Limit values to [min, max] (either may be None; both None: ``x`` unchanged)."""
+    a_min, a_max = min, max
     if a_min is None and a_max is None:
-        raise ValueError("clip: give at least one of a_min and a_max")
+        return Array._wrap(operand(x, stream_of(stream, "clip"), "clip"))
     r = x
     try:
         if a_min is not None:

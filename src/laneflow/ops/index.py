@@ -150,7 +150,8 @@ def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
         return getitem(wide, slice(0, int(flag)), stream=st)
     entries, arrays = _normalize("getitem", index, d, st)
     shape = _indexed_shape("getitem", d, entries, arrays)
-    if not arrays and all(isinstance(e, slice) and e == slice(None) for e in entries) and shape == d.shape:
+    if not arrays and all(isinstance(e, slice) and e.start is None and e.stop is None and e.step is None
+                          for e in entries) and shape == d.shape:
         return Array._wrap(d)
     return node(GetItem(entries), (d, *arrays), shape, d.dtype, st)
 

@@ -141,7 +141,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, stream: Any = None) -> Array:
     ax = normalize_axis(axis, nd, "vecdot") - nd
     if -ax > min(a.ndim, b.ndim) or a.shape[ax] != b.shape[ax]:
         raise ValueError(f"vecdot: axis {axis} differs in size: {describe(a._data, b._data)}")
-    return _sum(_ew["multiply"](a, b, stream=st), ax, stream=st)
+    return _sum(_ew["multiply"](a, b, stream=st), ax, dtype=dt.result_type(a, b), stream=st)
 
 
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2, stream: Any = None) -> Array:
@@ -163,9 +163,10 @@ def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2, stream: Any = None) -> Arra
     free_b = [j for j in range(b.ndim) if j not in ax_b]
     k = math.prod(a.shape[i] for i in ax_a)
     res = dt.result_type(a, b)
-    am = reshape(transpose(a, tuple(free_a + ax_a), stream=st), (-1, k), stream=st).astype(res)
-    bm = reshape(transpose(b, tuple(ax_b + free_b), stream=st), (k, -1), stream=st).astype(res)
     shape = tuple(a.shape[i] for i in free_a) + tuple(b.shape[j] for j in free_b)
+    m, n = math.prod(shape[:len(free_a)]), math.prod(shape[len(free_a):])
+    am = reshape(transpose(a, tuple(free_a + ax_a), stream=st), (m, k), stream=st).astype(res)
+    bm = reshape(transpose(b, tuple(ax_b + free_b), stream=st), (k, n), stream=st).astype(res)
     if k == 0:
         from .creation import zeros
 

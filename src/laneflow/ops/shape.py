@@ -35,8 +35,9 @@ def astype(x: Any, dtype: Any, *, copy: bool = True, device: Any = None, stream:
     return node(shared(AsType, to), (d,), d.shape, to, st)
 
 
-def reshape(x: Any, shape: Any, *, stream: Any = None) -> Array:
-    """Same elements, new shape (row-major order). One dimension may be -1."""
+def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None) -> Array:
+    """Same elements, new shape (row-major order). One dimension may be -1. ``copy`` (the array API's
+    keyword) changes nothing: results are values, and a reshape is a view where no one can see it."""
     st = stream_of(stream, "reshape")
     d = operand(x, st, "reshape")
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
