@@ -36,12 +36,25 @@ PATCH = [("array_api_tests/dtype_helpers.py", "key=lambda x: x[1]\n)[0]\n\n\n# f
           "key=lambda x: x[1], default=(None, 0)\n)[0]\n\n\n# float64")]
 
 PLUGIN = '''\
-"""Written by laneflow's tools/array_api_suite.py: the default device for the whole run."""
+"""Written by laneflow's tools/array_api_suite.py: the default device for the whole run, and a skip
+for the tests of complex values, which ARRAY_API_TESTS_SKIP_DTYPES does not reach (the special cases
+of complex inputs, vecdot's conjugation)."""
 import os
+
+import pytest
 
 import laneflow
 
 laneflow.set_default_device(laneflow.Device(os.environ.get("LANEFLOW_DEVICE", "cpu")))
+
+COMPLEX_ONLY = ("real(x_i)", "imag(x_i)", "test_vecdot_conj")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="complex dtypes: laneflow has none yet (docs/array_api.md)")
+    for item in items:
+        if any(c in item.nodeid for c in COMPLEX_ONLY):
+            item.add_marker(skip)
 '''
 
 
