@@ -75,8 +75,8 @@ INVALID = [
     ("subtract-bool", lambda x: lf.subtract(x > 0, x > 0), TypeError, r"subtract: .*bool"),
     ("negative-bool", lambda x: -(x > 0), TypeError, r"negative: .*bool"),
     ("sign-bool", lambda x: lf.sign(x > 0), TypeError, r"sign: .*bool"),
-    ("invert-float", lambda x: ~x, TypeError, r"~: .*\(2, 3\) float64"),
-    ("and-int", lambda x: lf.array([1, 2]) & lf.array([3, 4]), TypeError, r"&: .*int64"),
+    ("invert-float", lambda x: ~x, TypeError, r"bitwise_invert: .*float64"),
+    ("and-float", lambda x: lf.array([1.0]) & lf.array([3.0]), TypeError, r"bitwise_and: .*float64"),
     ("random-int-dtype", lambda x: lf.random.normal((2,), dtype=lf.int32), TypeError, r"random.normal: .*int32"),
     ("random-bool-dtype", lambda x: lf.random.uniform((2,), dtype=bool), TypeError, r"random.uniform: .*bool"),
     # Python scalars that do not fit the array's integer dtype (numpy 2 refuses them too)
@@ -113,8 +113,9 @@ INVALID = [
     ("getitem-float-array", lambda x: x[lf.array([0.0, 1.0])], IndexError, r"getitem: .*integer dtype.*float64"),
     ("getitem-float-list", lambda x: x[[0.5]], IndexError, r"getitem: .*integer dtype.*float64"),
     ("getitem-float", lambda x: x[1.5], IndexError, r"getitem: .*1\.5"),
-    ("getitem-bool-lf-mask", lambda x: x[lf.array([True, False])], TypeError, r"getitem: boolean mask .*lf.where"),
-    ("getitem-bool-scalar", lambda x: x[True], TypeError, r"getitem: a boolean scalar"),
+    # a laneflow bool mask is read on the host (eager only), then checked as a numpy one
+    ("getitem-bool-lf-mask-shape", lambda x: x[lf.array([True, False, True])], IndexError,
+     r"getitem: boolean index .*\(3,\)"),
     ("getitem-0d-bool-array", lambda x: x[np.array(False)], TypeError, r"getitem: a boolean scalar"),
     ("getitem-mask-shape", lambda x: x[np.array([True, False, True])], IndexError, r"getitem: boolean index .*\(3,\)"),
     ("getitem-two-ellipses", lambda x: x[..., ...], IndexError, r"getitem: .*single ellipsis"),
@@ -127,8 +128,8 @@ INVALID = [
      r"setitem: .*\(3, 3\).*\(2, 3\)"),
     ("setitem-str", lambda x: x.__setitem__(0, "a"), TypeError, r"setitem: .*'a'"),
     ("setitem-complex", lambda x: x.__setitem__(0, 1 + 2j), TypeError, r"setitem: .*complex"),
-    ("setitem-bool-lf-mask", lambda x: x.__setitem__(lf.array([[True] * 3] * 2), 0.0), TypeError,
-     r"setitem: boolean mask .*lf.where"),
+    ("setitem-bool-lf-mask-shape", lambda x: x.__setitem__(lf.array([[True] * 2] * 2), 0.0), IndexError,
+     r"setitem: boolean index"),
     ("setitem-float-index", lambda x: x.__setitem__(lf.array([0.0]), 0.0), IndexError, r"setitem: .*integer dtype"),
     ("setitem-overflow", lambda x: lf.array([1, 2], dtype=lf.int8).__setitem__(0, 1000), OverflowError,
      r"setitem: .*1000.*int8"),
@@ -155,7 +156,6 @@ INVALID = [
     # host conversions and misc
     ("item-size", lambda x: x.item(), ValueError, r"item: .*\(2, 3\)"),
     ("bool-ambiguous", lambda x: bool(x), ValueError, r"bool: .*\(2, 3\)"),
-    ("clip-no-bounds", lambda x: lf.clip(x), ValueError, r"clip: "),
     ("eval-non-array", lambda x: lf.eval(x, 3), TypeError, r"eval: .*int"),
     ("Array-constructor", lambda x: lf.Array(), TypeError, r"lf\.array"),
 ]

@@ -39,8 +39,13 @@ def _elementwise_cases():
     from laneflow.ops.table import ELEMENTWISE
 
     for row in ELEMENTWISE.values():
-        if row.name not in ("where", "identity"):  # (where: its own test below)
+        if row.name.startswith("bitwise"):  # integer (and bool) ops: every width, signed and unsigned
+            for d in (np.int8, np.uint8, np.int32, np.uint32, np.int64) + (() if "shift" in row.name else (np.bool_,)):
+                yield row.name, np.dtype(d), row.arity == 1
+        elif row.name not in ("where", "identity"):  # (where: its own test below)
             yield row.name, f32, row.arity == 1
+    for fn in ("ceil", "trunc", "sign", "signbit", "isinf", "reciprocal"):
+        yield fn, np.dtype(np.int64), True
     for fn in ("add", "floor_divide", "remainder", "power", "maximum"):
         yield fn, np.dtype(np.int32), False
     yield "add", np.dtype(lf.bfloat16), False
@@ -345,3 +350,26 @@ def test_dynamic_slice_kernels_compile(update):
         src, name, codes = D._build(np.dtype(dtype), tuple(np.dtype(d) for d in start_dts), dyn, len(dyn), update)
         assert codes == "pp" + "p" * len(start_dts) + "DDDq"
         _compile(src, name)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int8", "uint32", "int64", "bool_"])
+def test_sort_search_and_scan_kernels_compile(dtype):
+    from laneflow.backends.cuda.kernels import sort as S
+
+    d = np.dtype(getattr(lf, dtype))
+    for arg in (False, True):
+        for descending in (False, True):
+            _compile(*S._build_sort(d, arg, descending)[:2])
+    for right in (False, True):
+        _compile(*S._build_search(d, right)[:2])
+    out = np.dtype(np.int64) if d.kind in "biu" else d
+    for op in ("sum", "prod"):
+        for initial in (False, True):
+            _compile(*S._build_scan(d, out, op, initial)[:2])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_slogdet_kernel_compiles(dtype):
+    from laneflow.backends.cuda.kernels import lu
+
+    _compile(*lu._build(np.dtype(dtype))[:2])

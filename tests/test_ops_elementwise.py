@@ -319,14 +319,28 @@ UNARY = {
     "tanh": (np.tanh, np.tanh, "any"),
     "sigmoid": (_sigmoid64, np.exp, "any"),
     "erf": (erf64, np.exp, "any"),
+    # the array API's names (numpy's ufuncs under them)
+    "acos": (np.arccos, np.arccos, "unit"), "asin": (np.arcsin, np.arcsin, "unit"),
+    "atanh": (np.arctanh, np.arctanh, "unit"), "acosh": (np.arccosh, np.arccosh, "above_one"),
+    "asinh": (np.arcsinh, np.arcsinh, "any"), "atan": (np.arctan, np.arctan, "any"),
+    "cosh": (np.cosh, np.cosh, "unit"), "sinh": (np.sinh, np.sinh, "unit"), "tan": (np.tan, np.tan, "unit"),
+    "expm1": (np.expm1, np.expm1, "any"), "log2": (np.log2, np.log2, "positive"),
+    "log10": (np.log10, np.log10, "positive"), "ceil": (np.ceil, np.ceil, "any"),
+    "floor": (np.floor, np.floor, "any"), "trunc": (np.trunc, np.trunc, "any"),
+    "positive": (np.positive, np.positive, "any"), "reciprocal": (np.reciprocal, np.reciprocal, "positive"),
+    "bitwise_invert": (np.invert, np.invert, "any"),
 }
-EXACT_UNARY = {"negative", "abs", "sign"}
+EXACT_UNARY = {"negative", "abs", "sign", "ceil", "floor", "trunc", "positive"}
 
 
 def _unary_input(rng, shape, dtype, domain):
     a = random_array(rng, shape, dtype)
     if domain == "positive" and np.dtype(dtype) != lf.bool_:
         a = (np.abs(a.astype(np.float64)) + (0.125 if is_float(dtype) else 1)).astype(dtype)
+    elif domain == "unit":  # inside (-1, 1): acos, asin, atanh (and no overflow for cosh, sinh, tan)
+        a = rng.uniform(-0.9, 0.9, size=shape).astype(dtype)
+    elif domain == "above_one":
+        a = (np.abs(a.astype(np.float64)) + 1).astype(dtype)
     return a
 
 

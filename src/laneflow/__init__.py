@@ -21,13 +21,22 @@ from .dtypes import (  # noqa: F401
 from .errors import CompileError, ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError, PrecisionWarning
 from .evaluation import async_eval, eval, plan_cache_info, reset_stats, set_plan_cache, stats  # noqa: A004
 from .jit import compile  # noqa: A004 - MLX's name
-from .interop.dlpack import from_dlpack
 from .runtime.stream import Stream
 from .runtime.backend import DeviceUnavailableError
 from .defaults import (
     default_device, default_stream, gpu_available, new_stream, set_default_device, stream, synchronize,
 )
 from .trace import trace
+from ._array_api import (  # noqa: F401
+    __array_api_version__, __array_namespace_info__, can_cast, finfo, iinfo, isdtype,
+)
+from ._ops_namespace import round  # noqa: F401,A004 - the array API's name
+
+# The array API standard's names for what laneflow (and numpy) call otherwise; numpy's names stay.
+bool = bool_  # noqa: A001
+pow = power  # noqa: A001
+e, inf, nan, pi = 2.718281828459045, float("inf"), float("nan"), 3.141592653589793
+newaxis = None
 
 __version__ = "0.1.0"
 

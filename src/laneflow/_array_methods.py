@@ -12,6 +12,9 @@ import numpy as np
 from . import _ops_namespace as ops
 from .array import Array
 
+#: The versions of the array API standard ``__array_namespace__(api_version=)`` accepts.
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12")
+
 
 class _Methods:
     """The methods, defined as a class body (so they read as methods); copied onto ``Array``."""
@@ -86,11 +89,17 @@ class _Methods:
     def __neg__(self): return ops.negative(self)  # noqa: E704
     def __pos__(self): return Array._wrap(self._data)  # noqa: E704  (a new array, as numpy's +x)
     def __abs__(self): return ops.abs(self)  # noqa: E704
-    def __invert__(self): return ops.invert(self)  # noqa: E704
-    def __and__(self, o): return ops.and_(self, o)  # noqa: E704
-    def __rand__(self, o): return ops.and_(o, self)  # noqa: E704
-    def __or__(self, o): return ops.or_(self, o)  # noqa: E704
-    def __ror__(self, o): return ops.or_(o, self)  # noqa: E704
+    def __invert__(self): return ops.bitwise_invert(self)  # noqa: E704
+    def __and__(self, o): return ops.bitwise_and(self, o)  # noqa: E704
+    def __rand__(self, o): return ops.bitwise_and(o, self)  # noqa: E704
+    def __or__(self, o): return ops.bitwise_or(self, o)  # noqa: E704
+    def __ror__(self, o): return ops.bitwise_or(o, self)  # noqa: E704
+    def __xor__(self, o): return ops.bitwise_xor(self, o)  # noqa: E704
+    def __rxor__(self, o): return ops.bitwise_xor(o, self)  # noqa: E704
+    def __lshift__(self, o): return ops.bitwise_left_shift(self, o)  # noqa: E704
+    def __rlshift__(self, o): return ops.bitwise_left_shift(o, self)  # noqa: E704
+    def __rshift__(self, o): return ops.bitwise_right_shift(self, o)  # noqa: E704
+    def __rrshift__(self, o): return ops.bitwise_right_shift(o, self)  # noqa: E704
     def __eq__(self, o): return ops.equal(self, o)  # type: ignore[override]  # noqa: E704
     def __ne__(self, o): return ops.not_equal(self, o)  # type: ignore[override]  # noqa: E704
     def __lt__(self, o): return ops.less(self, o)  # noqa: E704
@@ -122,6 +131,38 @@ class _Methods:
     def __imod__(self, o): return self._inplace(ops.remainder, o, "%=")  # noqa: E704
     def __ipow__(self, o): return self._inplace(ops.power, o, "**=")  # noqa: E704
     def __imatmul__(self, o): return self._inplace(ops.matmul, o, "@=")  # noqa: E704
+    def __iand__(self, o): return self._inplace(ops.bitwise_and, o, "&=")  # noqa: E704
+    def __ior__(self, o): return self._inplace(ops.bitwise_or, o, "|=")  # noqa: E704
+    def __ixor__(self, o): return self._inplace(ops.bitwise_xor, o, "^=")  # noqa: E704
+    def __ilshift__(self, o): return self._inplace(ops.bitwise_left_shift, o, "<<=")  # noqa: E704
+    def __irshift__(self, o): return self._inplace(ops.bitwise_right_shift, o, ">>=")  # noqa: E704
+
+    # -- the array API standard's array object ----------------------------------------------------
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        """The namespace of this array: ``laneflow`` (array API standard, ``lf.__array_api_version__``)."""
+        import laneflow
+
+        if api_version is not None and api_version not in _API_VERSIONS:
+            raise ValueError(f"__array_namespace__: laneflow meets array API versions {', '.join(_API_VERSIONS)}, "
+                             f"not {api_version!r}")
+        return laneflow
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> "Array":
+        """This value on ``device`` (a copy when it lives elsewhere; ``stream``: the stream to copy on)."""
+        return ops.asarray(self, device=device) if stream is None else ops.asarray(self, stream=stream)
+
+    @property
+    def mT(self) -> "Array":  # noqa: N802 - the standard's name
+        """The last two axes swapped (a stack of matrices transposed)."""
+        return ops.matrix_transpose(self)
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu" or self.ndim:
+            raise TypeError(f"__index__: only 0-d integer arrays are indices, got {self.dtype} of shape {self.shape}")
+        return int(self.item())
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
 
 
 def _attach() -> None:

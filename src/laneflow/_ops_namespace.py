@@ -1,6 +1,6 @@
 """Every op in one namespace (what ``Array`` methods and ``laneflow/__init__`` draw on)."""
 
-from .ops.creation import arange, array, asarray, eye, full, full_like, linspace, ones, ones_like, zeros, zeros_like  # noqa: F401
+from .ops.creation import arange, array, asarray, empty, empty_like, eye, from_dlpack, full, full_like, linspace, ones, ones_like, zeros, zeros_like  # noqa: F401
 from .ops.elementwise import *  # noqa: F401,F403 - every op of the op table (ops/table.py), power, where, clip
 from .ops.elementwise import GENERATED as _GENERATED
 from .ops.dynamic import dynamic_slice, dynamic_update_slice  # noqa: F401
@@ -10,20 +10,10 @@ from .ops.reduce import all, any, argmax, argmin, logsumexp, max, mean, min, pro
 from .ops.shape import (  # noqa: F401
     astype, broadcast_to, concatenate, expand_dims, flatten, reshape, split, squeeze, stack, swapaxes, transpose,
 )
-
-from .ops.elementwise import bool_only as _bool_only  # noqa: E402
-
-
-def and_(a, b):
-    """``a & b`` on bool arrays."""
-    return _bool_only("&", _GENERATED["logical_and"], a, b)
-
-
-def or_(a, b):
-    """``a | b`` on bool arrays."""
-    return _bool_only("|", _GENERATED["logical_or"], a, b)
-
-
-def invert(a):
-    """``~a`` on bool arrays."""
-    return _bool_only("~", _GENERATED["logical_not"], a)
+from .ops.manipulation import (  # noqa: F401
+    broadcast_arrays, concat, flip, matrix_transpose, meshgrid, moveaxis, permute_dims, repeat, roll, tile, tril, triu,
+    unstack,
+)
+from .ops.datadep import nonzero, unique_all, unique_counts, unique_inverse, unique_values  # noqa: F401
+from .ops.sorting import argsort, cumulative_prod, cumulative_sum, searchsorted, sort  # noqa: F401
+from .ops.linalg_api import tensordot, vecdot  # noqa: F401

@@ -103,12 +103,16 @@ def operand(x: Any, st, op: str) -> ArrayData:
 stream_of = resolve_stream
 
 
+class AxisError(ValueError, IndexError):
+    """An axis out of range: a ValueError (numpy) and an IndexError (the array API standard)."""
+
+
 def normalize_axis(axis: Any, ndim: int, op: str) -> int:
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
         raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__}")
     a = int(axis)
     if not -ndim <= a < ndim:
-        raise ValueError(f"{op}: axis {a} is out of bounds for an array of {ndim} dimensions")
+        raise AxisError(f"{op}: axis {a} is out of bounds for an array of {ndim} dimensions")
     return a % ndim if ndim else 0
 
 

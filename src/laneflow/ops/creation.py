@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..device import Device, as_device
-from ..interop.dlpack import from_dlpack
+from ..interop import dlpack as _dlpack
 from .core import check_shape, constant, node, stream_of, to_stream
 from .primitives import Arange, Eye, Full, Linspace
 from .shape import astype
@@ -47,17 +47,35 @@ def array(obj: Any, dtype: Any = None, device: Device | str | None = None, *, st
         return astype(out, to, stream=st) if to is not None and to != d.dtype else out
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         # from_dlpack shares the producer's memory; copy it now, so later producer writes do not show.
-        shared = from_dlpack(obj)
+        shared = _dlpack.from_dlpack(obj)
         return Array._wrap(constant(np.asarray(shared), st, to if to is not None else shared.dtype, op="array"))
     return Array._wrap(constant(obj, st, to, op="array"))
 
 
-def asarray(obj: Any, dtype: Any = None, device: Device | str | None = None, *, stream: Any = None) -> Array:
-    """Like :func:`array`, but returns ``obj`` itself when it already is an Array of that dtype and device."""
+def asarray(obj: Any, dtype: Any = None, device: Device | str | None = None, *, copy: bool | None = None,
+            stream: Any = None) -> Array:
+    """Like :func:`array`, but returns ``obj`` itself when it already is an Array of that dtype and device.
+
+    ``copy=True`` always gives a new array object (arrays are values, so no buffer is copied: an in-place
+    operator on the new object leaves ``obj`` as it was); ``copy=False`` raises ValueError where a copy
+    is needed (host data, a dtype or device change), as the array API standard says.
+    """
     if isinstance(obj, Array) and (dtype is None or dt.dtype(dtype) == obj.dtype) and \
             (device is None or obj.device == stream_of(device, "asarray").device) and stream is None:
-        return obj
+        return Array._wrap(obj._data) if copy else obj
+    if copy is False:
+        what = "host data" if not isinstance(obj, Array) else f"a {obj.dtype} array on {obj.device}"
+        raise ValueError(f"asarray: copy=False, but {what} must be copied to give the array asked for "
+                         f"(dtype={dtype}, device={device}); pass copy=None to allow the copy")
+    if not isinstance(obj, Array) and isinstance(obj, (list, tuple)) and _holds_arrays(obj):
+        from .shape import stack
+
+        return asarray(stack([asarray(o, dtype, device, stream=stream) for o in obj]), dtype, stream=stream)
     return array(obj, dtype, device, stream=stream)
+
+
+def _holds_arrays(obj: Any) -> bool:
+    return any(isinstance(o, Array) or (isinstance(o, (list, tuple)) and _holds_arrays(o)) for o in obj)
 
 
 def _full(op: str, shape: Any, fill_value: Any, dtype: Any, device: Any, stream: Any) -> Array:
@@ -99,22 +117,22 @@ def _like(x: Any, dtype: Any, op: str) -> tuple:
     return host.shape, _dtype(dt.wider(host.dtype) or host.dtype if dtype is None else dtype, op)
 
 
-def zeros_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+def zeros_like(x: Any, dtype: Any = None, *, device: Any = None, stream: Any = None) -> Array:
     """Zeros with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "zeros_like")
-    return _full("zeros_like", shape, 0, to, None, stream)
+    return _full("zeros_like", shape, 0, to, device, stream)
 
 
-def ones_like(x: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+def ones_like(x: Any, dtype: Any = None, *, device: Any = None, stream: Any = None) -> Array:
     """Ones with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "ones_like")
-    return _full("ones_like", shape, 1, to, None, stream)
+    return _full("ones_like", shape, 1, to, device, stream)
 
 
-def full_like(x: Any, fill_value: Any, dtype: Any = None, *, stream: Any = None) -> Array:
+def full_like(x: Any, fill_value: Any, dtype: Any = None, *, device: Any = None, stream: Any = None) -> Array:
     """``fill_value`` with the shape and dtype of ``x``."""
     shape, to = _like(x, dtype, "full_like")
-    return _full("full_like", shape, fill_value, to, None, stream)
+    return _full("full_like", shape, fill_value, to, device, stream)
 
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, device: Any = None, *,
@@ -168,3 +186,30 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = dt.float64, devic
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
         raise TypeError(f"eye: k must be an int, got {k!r}")
     return node(Eye(int(k)), (), (int(n), int(m)), _dtype(dtype, "eye") or dt.float64, st)
+
+
+def empty(shape: Any, dtype: Any = dt.float64, device: Any = None, *, stream: Any = None) -> Array:
+    """An array of ``shape`` (laneflow fills it with zeros: values are never left uninitialised)."""
+    return _full("empty", shape, 0, dtype if dtype is not None else dt.float64, device, stream)
+
+
+def empty_like(x: Any, /, *, dtype: Any = None, device: Any = None, stream: Any = None) -> Array:
+    """An array with the shape and dtype of ``x`` (zeros, as :func:`empty`)."""
+    shape, to = _like(x, dtype, "empty_like")
+    return _full("empty_like", shape, 0, to, device, stream)
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None, stream: Any = None) -> Array:
+    """An lf.Array over another library's memory (zero-copy where it can: ``interop/dlpack.py``).
+
+    ``copy=True`` copies the values now (later writes by the producer do not show); ``device=`` moves
+    them to that device (a copy, refused with ``copy=False``)."""
+    if copy:
+        return array(x, device=device, stream=stream)
+    out = _dlpack.from_dlpack(x, stream=stream)
+    if device is not None and out.device != as_device(device, f"from_dlpack: bad device={device!r}"):
+        if copy is False:
+            raise ValueError(f"from_dlpack: the data is on {out.device}, device={device} needs a copy, "
+                             "but copy=False was given")
+        return asarray(out, device=device)
+    return out

@@ -206,7 +206,7 @@ def _unary(row: table.Elementwise):
 GENERATED: dict = {row.name: (_unary if row.arity == 1 else _binary)(row)
                    for row in table.ELEMENTWISE.values() if row.public}
 globals().update(GENERATED)
-__all__ = [*GENERATED, "power", "where", "clip"]
+__all__ = [*GENERATED, "power", "where", "clip", "round", "real", "imag", "conj"]
 
 
 def power(a: Any, b: Any, /, *, stream: Any = None) -> Array:
@@ -236,10 +236,11 @@ def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
     return apply("where", (condition, x, y), st, fn="where", result=res)
 
 
-def clip(x: Any, a_min: Any = None, a_max: Any = None, /, *, stream: Any = None) -> Array:
-    """Limit values to [a_min, a_max] (either may be None)."""
+def clip(x: Any, /, min: Any = None, max: Any = None, *, stream: Any = None) -> Array:  # noqa: A002
+    """Limit values to [min, max] (either may be None; both None: ``x`` unchanged)."""
+    a_min, a_max = min, max
     if a_min is None and a_max is None:
-        raise ValueError("clip: give at least one of a_min and a_max")
+        return Array._wrap(operand(x, stream_of(stream, "clip"), "clip"))
     r = x
     try:
         if a_min is not None:
@@ -251,10 +252,34 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None, /, *, stream: Any = None)
     return r
 
 
-def bool_only(name: str, fn, *args: Any, stream: Any = None) -> Array:
-    """``&``, ``|`` and ``~`` are logical ops on bool arrays; laneflow has no bitwise integer ops."""
-    for a in args:
-        if isinstance(a, Array) and a.dtype != dt.bool_:
-            raise TypeError(f"{name}: laneflow supports {name} on bool arrays only, got {describe(a._data)}; "
-                            "use lf.logical_and/logical_or/logical_not for truth values")
-    return fn(*args, stream=stream)
+def round(x: Any, /, *, stream: Any = None) -> Array:  # noqa: A001 - the array API's name
+    """Round to the nearest integer, halves to even (numpy's ``np.round`` with no decimals); integer
+    and bool inputs are returned as they are, in their dtype."""
+    if isinstance(x, Array) and x.dtype.kind in "iub":
+        return Array._wrap(x._data)
+    return apply("round", (x,), stream, fn="rint", infer_with=np.rint)
+
+
+def _real_only(op: str, x: Any) -> Array:
+    if not isinstance(x, Array):
+        raise TypeError(f"{op}: expected an lf.Array, got {type(x).__name__}")
+    if x.dtype.kind not in "iuf" and not dt.is_floating(x.dtype):
+        raise TypeError(f"{op}: laneflow has no complex dtypes yet; got a {x.dtype} array of shape {x.shape}")
+    return x
+
+
+def real(x: Any, /) -> Array:
+    """The real part: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
+    return Array._wrap(_real_only("real", x)._data)
+
+
+def conj(x: Any, /) -> Array:
+    """The complex conjugate: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
+    return Array._wrap(_real_only("conj", x)._data)
+
+
+def imag(x: Any, /) -> Array:
+    """The imaginary part: zeros of ``x``'s shape and dtype for real dtypes."""
+    from .creation import zeros_like
+
+    return zeros_like(_real_only("imag", x))

@@ -1,7 +1,8 @@
 """Indexing: basic (ints, slices, None, Ellipsis) and integer-array indexing, slice assignment, take.
 
-Boolean masks with laneflow arrays have data-dependent shapes and are refused (use ``lf.where``);
-a boolean *numpy* mask is known on the host and becomes integer indices.
+A boolean *numpy* mask is known on the host and becomes integer indices; a boolean laneflow array
+has a data-dependent shape: it is read on the host eagerly and refused inside ``lf.compile``
+(``ops/datadep.py``; use ``lf.where``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData
+from .datadep import host_value
 from .core import cast, constant, shared, describe, node, normalize_axis, operand, stream_of
 from .primitives import GetItem, Reshape, SetItem, Take
 
@@ -35,6 +37,8 @@ def _normalize(op: str, index: Any, d, st) -> tuple[tuple, list]:
     hosts: dict[int, np.ndarray] = {}  # array number -> host integer indices
     masks: dict[int, np.ndarray] = {}  # array number of a mask's first dimension -> the mask
     for e in index:
+        if e.__class__ is Array and e.dtype == dt.bool_ and e.ndim:  # a data-dependent shape: eager only
+            e = host_value(e, op, "the shape of a boolean-mask index")
         if e is None or e is Ellipsis or isinstance(e, slice):
             entries.append(e)
         elif isinstance(e, bool) or isinstance(e, np.bool_):
@@ -127,13 +131,27 @@ def _indexed_shape(op: str, d, entries: tuple, arrays: list) -> tuple:
         raise IndexError(f"{op}: index arrays cannot be broadcast together ({e})") from None
 
 
+def _bool_scalar(index: Any) -> bool | None:
+    """The truth value of a boolean scalar index (a Python, numpy or 0-d laneflow bool), else None."""
+    if isinstance(index, (bool, np.bool_)):
+        return bool(index)
+    if index.__class__ is Array and index.dtype == dt.bool_ and not index.ndim:
+        return bool(host_value(index, "getitem", "the shape of a boolean-scalar index"))
+    return None
+
+
 def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
     """``x[index]`` as a new value (a copy; laneflow arrays are values, not numpy views)."""
     st = stream_of(stream, "getitem")
     d = operand(x, st, "getitem")
+    flag = _bool_scalar(index)
+    if flag is not None:  # x[True] is x with a new leading axis; x[False] the same, emptied (numpy's rule)
+        wide = node(Reshape((1,) + d.shape), (d,), (1,) + d.shape, d.dtype, st)
+        return getitem(wide, slice(0, int(flag)), stream=st)
     entries, arrays = _normalize("getitem", index, d, st)
     shape = _indexed_shape("getitem", d, entries, arrays)
-    if not arrays and all(isinstance(e, slice) and e == slice(None) for e in entries) and shape == d.shape:
+    if not arrays and all(isinstance(e, slice) and e.start is None and e.stop is None and e.step is None
+                          for e in entries) and shape == d.shape:
         return Array._wrap(d)
     return node(GetItem(entries), (d, *arrays), shape, d.dtype, st)
 
@@ -147,6 +165,12 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
     """
     st = stream_of(stream, "setitem")
     d = operand(x, st, "setitem")
+    flag = _bool_scalar(index)
+    if flag is not None:  # x[True] = v sets every element to v (broadcast to (1,) + x.shape); x[False]: none
+        if not flag:
+            return Array._wrap(d)
+        v = getitem(value, 0, stream=st) if isinstance(value, Array) and value.ndim > len(d.shape) else value
+        return setitem(Array._wrap(d), Ellipsis, v, stream=st)
     entries, arrays = _normalize("setitem", index, d, st)
     target = _indexed_shape("setitem", d, entries, arrays)
     if isinstance(value, Array):

@@ -289,3 +289,34 @@ class Copy(Primitive):
 
     def __init__(self, name: str = "copy"):
         super().__init__(name)
+
+
+class Sort(Primitive):
+    """``lf.sort`` (``arg`` False) or ``lf.argsort`` (True) along ``axis``; always stable."""
+
+    kind = "sort"
+
+    def __init__(self, name: str, axis: int, descending: bool, arg: bool):
+        super().__init__(name)
+        self.axis, self.descending, self.arg = axis, descending, arg
+
+
+class SearchSorted(Primitive):
+    """``lf.searchsorted``: insertion points of input 1 into the sorted 1-d input 0."""
+
+    kind = "searchsorted"
+
+    def __init__(self, right: bool):
+        super().__init__("searchsorted")
+        self.right = right
+
+
+class Scan(Primitive):
+    """``lf.cumulative_sum`` / ``cumulative_prod`` (``op`` "sum" or "prod") along ``axis``; half types
+    accumulate in float32; ``include_initial`` puts the identity first."""
+
+    kind = "scan"
+
+    def __init__(self, name: str, op: str, axis: int, include_initial: bool):
+        super().__init__(name)
+        self.op, self.axis, self.include_initial = op, axis, include_initial

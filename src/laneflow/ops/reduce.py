@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import describe, node, normalize_axes, normalize_axis, operand, shared, stream_of
+from .core import cast, describe, node, normalize_axes, normalize_axis, operand, shared, stream_of
 from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
 from .table import REDUCTIONS
 
@@ -48,18 +48,34 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
                 _result_dtype(name, d.dtype), st)
 
 
-def sum(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
-    """Sum over ``axis`` (None: all).
+def _with_dtype(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any, stream: Any) -> Array:
+    """sum or prod computed in ``dtype`` when given (the array API's ``dtype=``): the input cast first."""
+    if dtype is None:
+        return _reduce(name, x, axis, keepdims, stream)
+    st = stream_of(stream, name)
+    d = operand(x, st, name)
+    try:
+        to = dt.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
+    r = _reduce(name, Array._wrap(cast(d, to, st)), axis, keepdims, st)
+    return r if r.dtype == to else Array._wrap(cast(r._data, to, st))
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None,  # noqa: A001
+        stream: Any = None) -> Array:
+    """Sum over ``axis`` (None: all), in ``dtype`` when given.
 
     Bool and integer inputs sum in int64, as numpy does for signed ones (numpy sums unsigned ones in
     uint64, which laneflow lacks). float16 and bfloat16 accumulate in float32 and round once at the end.
     """
-    return _reduce("sum", x, axis, keepdims, stream)
+    return _with_dtype("sum", x, axis, keepdims, dtype, stream)
 
 
-def prod(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:
-    """Product over ``axis`` (None: all); integer and bool inputs give int64, half types accumulate in float32."""
-    return _reduce("prod", x, axis, keepdims, stream)
+def prod(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None, stream: Any = None) -> Array:
+    """Product over ``axis`` (None: all), in ``dtype`` when given; integer and bool inputs give int64,
+    half types accumulate in float32."""
+    return _with_dtype("prod", x, axis, keepdims, dtype, stream)
 
 
 def max(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001
@@ -78,14 +94,39 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None
     return _reduce("mean", x, axis, keepdims, stream)
 
 
-def var(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0, *, stream: Any = None) -> Array:
-    """Variance over ``axis`` with ``ddof`` delta degrees of freedom."""
-    return _reduce("var", x, axis, keepdims, stream, ddof)
+def _ddof(name: str, ddof: Any, correction: Any) -> Any:
+    if correction is not None and ddof not in (0, None):
+        raise ValueError(f"{name}: give ddof= (numpy's name) or correction= (the array API's), not both")
+    return correction if correction is not None else ddof
 
 
-def std(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0, *, stream: Any = None) -> Array:
-    """Standard deviation over ``axis`` with ``ddof`` delta degrees of freedom."""
-    return _reduce("std", x, axis, keepdims, stream, ddof)
+def _moment(name: str, x: Any, axis: Any, keepdims: bool, ddof: Any, stream: Any) -> Array:
+    if isinstance(ddof, (float, np.floating)) and not float(ddof).is_integer():
+        # a fractional correction: the ddof=0 variance rescaled by n / (n - correction)
+        st = stream_of(stream, name)
+        d = operand(x, st, name)
+        n = 1
+        for a in normalize_axes(axis, len(d.shape), name):
+            n *= d.shape[a]
+        v = _reduce("var", Array._wrap(d), axis, keepdims, st) * (n / builtins.max(n - float(ddof), 0.0) if
+                                                                  n > ddof else float("inf"))
+        return v if name == "var" else v ** 0.5
+    if isinstance(ddof, (float, np.floating)):
+        ddof = int(ddof)
+    return _reduce(name, x, axis, keepdims, stream, ddof)
+
+
+def var(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0, *, correction: Any = None,
+        stream: Any = None) -> Array:
+    """Variance over ``axis`` with ``ddof`` (numpy's name; the array API's ``correction``) degrees of
+    freedom subtracted from the count."""
+    return _moment("var", x, axis, keepdims, _ddof("var", ddof, correction), stream)
+
+
+def std(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0, *, correction: Any = None,
+        stream: Any = None) -> Array:
+    """Standard deviation over ``axis`` with ``ddof`` (or ``correction``) degrees of freedom."""
+    return _moment("std", x, axis, keepdims, _ddof("std", ddof, correction), stream)
 
 
 def any(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> Array:  # noqa: A001

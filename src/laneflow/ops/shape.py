@@ -17,14 +17,14 @@ def _same(d, st) -> Array:
     return Array._wrap(d)
 
 
-def astype(x: Any, dtype: Any, *, stream: Any = None) -> Array:
+def astype(x: Any, dtype: Any, *, copy: bool = True, device: Any = None, stream: Any = None) -> Array:
     """A copy cast to ``dtype`` (numpy's unsafe casting: floats truncate towards zero into ints,
     integers wrap around, nonzero becomes True).
 
     As in C and numpy, converting NaN, infinity or a float outside the integer dtype's range (a
     negative float into uint8, say) gives an unspecified value, which may differ between devices.
     """
-    st = stream_of(stream, "astype")
+    st = stream_of(stream if device is None else device, "astype")
     d = operand(x, st, "astype")
     try:
         to = dt.dtype(dtype)
@@ -35,8 +35,9 @@ def astype(x: Any, dtype: Any, *, stream: Any = None) -> Array:
     return node(shared(AsType, to), (d,), d.shape, to, st)
 
 
-def reshape(x: Any, shape: Any, *, stream: Any = None) -> Array:
-    """Same elements, new shape (row-major order). One dimension may be -1."""
+def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None) -> Array:
+    """Same elements, new shape (row-major order). One dimension may be -1. ``copy`` (the array API's
+    keyword) changes nothing: results are values, and a reshape is a view where no one can see it."""
     st = stream_of(stream, "reshape")
     d = operand(x, st, "reshape")
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):

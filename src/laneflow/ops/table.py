@@ -127,6 +127,15 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     _u("negative"), _u("abs", "absolute"), _u("sign"), _u("exp"), _u("log"), _u("log1p"), _u("sqrt"),
     _u("square"), _u("sin"), _u("cos"), _u("tanh"),
     _u("logical_not", predicate=True), _u("isnan", predicate=True), _u("isfinite", predicate=True),
+    # the array API standard's elementwise functions (numpy's ufuncs, under the standard's names)
+    _u("acos", "arccos"), _u("acosh", "arccosh"), _u("asin", "arcsin"), _u("asinh", "arcsinh"),
+    _u("atan", "arctan"), _u("atanh", "arctanh"), _b("atan2", "arctan2"), _u("cosh"), _u("sinh"), _u("tan"),
+    _u("expm1"), _u("log2"), _u("log10"), _u("ceil"), _u("floor"), _u("trunc"),
+    _u("rint", public=False, doc="Round to the nearest integer, halves to even (``lf.round`` of floats)."),
+    _u("positive"), _u("reciprocal"), _b("copysign"),
+    _u("isinf", predicate=True), _u("signbit", predicate=True), _b("logical_xor", predicate=True),
+    _b("bitwise_and"), _b("bitwise_or"), _b("bitwise_xor"), _u("bitwise_invert", "invert"),
+    _b("bitwise_left_shift", "left_shift"), _b("bitwise_right_shift", "right_shift"),
     Elementwise("rsqrt", 1, like="exp", reference=lambda dtype, x: 1.0 / np.sqrt(compute_in(x, dtype)),
                 doc="Elementwise ``1 / sqrt(x)``; integer inputs give floats as ``np.sqrt`` does."),
     Elementwise("sigmoid", 1, like="exp", reference=lambda dtype, x: 1.0 / (1.0 + np.exp(-compute_in(x, dtype))),
@@ -211,7 +220,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("elementwise", validated=_elementwise_validated, fuses=True),
     Kind("astype", fuses=True),
     Kind("fused"), Kind("rowfused"),
-    Kind("reduce"), Kind("argreduce"), Kind("softmax"), Kind("logsumexp"), Kind("norm"), Kind("attention"),
+    Kind("reduce"), Kind("argreduce"), Kind("sort"), Kind("searchsorted"), Kind("scan"), Kind("softmax"), Kind("logsumexp"), Kind("norm"), Kind("attention"),
     Kind("matmul"), Kind("matmul_group"),
     Kind("reshape"), Kind("transpose"), Kind("broadcast_to"), Kind("strided"), Kind("concatenate"),
     Kind("getitem", validated=_index_inputs(1)), Kind("setitem", validated=_index_inputs(2)),
@@ -219,7 +228,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("dynamic_slice"), Kind("dynamic_update_slice"),
     Kind("full"), Kind("arange"), Kind("linspace"), Kind("eye"),
     Kind("random"), Kind("random_split"),
-    Kind("copy"), Kind("linalg"), Kind("custom"),
+    Kind("copy"), Kind("linalg"), Kind("slogdet"), Kind("custom"),
 )}
 
 

@@ -132,6 +132,38 @@ def argreduce(lane, prim, ins, outs):
     np.copyto(outs[0], f(ins[0], axis=prim.axis, keepdims=prim.keepdims), casting="unsafe")
 
 
+def sort(lane, prim, ins, outs):
+    """Stable sort or argsort; a descending one keeps equal elements in their order (NaN first)."""
+    x, ax = ins[0], prim.axis
+    if prim.descending:
+        n = x.shape[ax]
+        idx = (n - 1) - np.flip(np.argsort(np.flip(x, ax), axis=ax, kind="stable"), ax)
+    else:
+        idx = np.argsort(x, axis=ax, kind="stable")
+    np.copyto(outs[0], idx if prim.arg else np.take_along_axis(x, idx, ax), casting="unsafe")
+
+
+def searchsorted(lane, prim, ins, outs):
+    np.copyto(outs[0], np.searchsorted(ins[0], ins[1], side="right" if prim.right else "left"), casting="unsafe")
+
+
+def scan(lane, prim, ins, outs):
+    out, ax = outs[0], prim.axis
+    r = (np.cumsum if prim.op == "sum" else np.cumprod)(ins[0], axis=ax, dtype=_accumulator(out.dtype))
+    if prim.include_initial:
+        np.copyto(out[(slice(None),) * ax + (0,)], 0 if prim.op == "sum" else 1, casting="unsafe")
+        out = out[(slice(None),) * ax + (slice(1, None),)]
+    np.copyto(out, r, casting="unsafe")
+
+
+def slogdet(lane, prim, ins, outs):
+    """Sign, log |det| and det of square matrices (outs[3], the CUDA kernel's workspace, is unused)."""
+    sign, logabs = np.linalg.slogdet(ins[0])
+    np.copyto(outs[0], sign, casting="unsafe")
+    np.copyto(outs[1], logabs, casting="unsafe")
+    np.copyto(outs[2], np.linalg.det(ins[0]), casting="unsafe")
+
+
 def softmax(lane, prim, ins, outs):
     x = _compute(ins[0], outs[0].dtype)
     e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf))  # initial: empty axes
@@ -353,6 +385,7 @@ def copy(lane, prim, ins, outs):
 KERNELS = {
     "elementwise": elementwise, "astype": astype, "fused": fused, "rowfused": rowfused,
     "reduce": reduce, "argreduce": argreduce, "softmax": softmax, "logsumexp": logsumexp,
+    "sort": sort, "searchsorted": searchsorted, "scan": scan, "slogdet": slogdet,
     "norm": norm, "attention": attention, "matmul": matmul, "matmul_group": matmul_group,
     "reshape": reshape, "transpose": transpose, "broadcast_to": broadcast_to, "strided": strided,
     "concatenate": concatenate,

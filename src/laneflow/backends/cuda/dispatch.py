@@ -21,6 +21,8 @@ from .kernels import norm as _norm
 from .kernels import random as _random
 from .kernels import reduce as _reduce
 from .kernels import rowfused as _rowfused
+from .kernels import lu as _lu
+from .kernels import sort as _sort
 
 #: The CUDA kernel of every primitive kind of the op table (``ops/table.py: KINDS``), registered here
 #: and only here. ``constant`` needs none: ``Backend.upload`` copies host data.
@@ -31,6 +33,9 @@ KERNELS = {
     "rowfused": _rowfused.rowfused,
     "reduce": _reduce.reduce,
     "argreduce": _reduce.argreduce,
+    "sort": _sort.sort,
+    "searchsorted": _sort.searchsorted,
+    "scan": _sort.scan,
     "softmax": _reduce.softmax,
     "logsumexp": _reduce.logsumexp,
     "norm": _norm.norm,
@@ -55,6 +60,7 @@ KERNELS = {
     "random_split": _random.random_split,
     "copy": _copy.copy,
     "linalg": _linalg.linalg,
+    "slogdet": _lu.slogdet,
     "custom": _custom.custom,
 }
 

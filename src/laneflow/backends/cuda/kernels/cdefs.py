@@ -220,3 +220,36 @@ template <class T> __device__ __forceinline__ T lf_max_nan(T a, T b) { return (a
 template <class T> __device__ __forceinline__ T lf_min_nan(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 template <class T> __device__ __forceinline__ T lf_sign_f(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : a); }
 """
+
+
+def _float_overloads(names: tuple, arity: int) -> str:
+    """``lf_<name>`` for float and double, calling CUDA's ``<name>f`` and ``<name>`` (math functions)."""
+    out = []
+    args = "ab"[:arity]
+    for n in names:
+        for T, f in (("float", n + "f"), ("double", n)):
+            ps = ", ".join(f"{T} {v}" for v in args)
+            out.append(f"__device__ __forceinline__ {T} lf_{n}({ps}) {{ return {f}({', '.join(args)}); }}\n")
+    return "".join(out)
+
+
+# The array API's elementwise functions: float and double overloads, and the integer shifts and
+# tests with numpy's results (a shift by the bit width or more, or by a negative count: 0, or -1 for a
+# negative number shifted right; C leaves those undefined).
+PREAMBLE += _float_overloads(("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "expm1",
+                              "log2", "log10", "ceil", "trunc", "rint"), 1)
+PREAMBLE += _float_overloads(("atan2",), 2)
+PREAMBLE += r"""
+template <class T> __device__ __forceinline__ T lf_shl(T a, T b) {
+  typedef typename lf_u<T>::t U;
+  return ((unsigned long long)(long long)b < sizeof(T) * 8) ? (T)(U)((U)a << (int)b) : (T)0;
+}
+template <class T> __device__ __forceinline__ T lf_shr(T a, T b) {
+  if ((unsigned long long)(long long)b < sizeof(T) * 8) return (T)(a >> (int)b);
+  return a < (T)0 ? (T)-1 : (T)0;
+}
+__device__ __forceinline__ bool lf_isinf(float x) { return isinf(x); }
+__device__ __forceinline__ bool lf_isinf(double x) { return isinf(x); }
+__device__ __forceinline__ bool lf_signbit(float x) { return signbit(x); }
+__device__ __forceinline__ bool lf_signbit(double x) { return signbit(x); }
+"""

@@ -77,6 +77,22 @@ EXPRESSIONS: dict[str, Callable] = {
     "gelu": lambda a, k, T: f"lf_gelu<{T}>({a[0]})",
     "gelu_tanh": lambda a, k, T: f"lf_gelu_tanh<{T}>({a[0]})",
     "silu": lambda a, k, T: f"lf_silu<{T}>({a[0]})",
+    **{name: _fn(name) for name in ("acos", "acosh", "asin", "asinh", "atan", "atanh", "atan2", "cosh", "sinh",
+                                    "tan", "expm1", "log2", "log10", "rint", "copysign")},
+    # integers are whole already (numpy keeps their dtype)
+    **{name: _by_kind({"f": lambda x, y, T, n=name: f"lf_{n}({x})"}, lambda x, y, T: x)
+       for name in ("ceil", "floor", "trunc")},
+    "positive": lambda a, k, T: a[0],
+    "reciprocal": _by_kind({"f": lambda x, y, T: f"(({T})1 / {x})"},
+                           lambda x, y, T: f"({x} == 0 ? ({T})0 : ({T})(({T})1 / {x}))"),
+    "isinf": lambda a, k, T: f"lf_isinf({a[0]})" if k == "f" else "false",
+    "signbit": lambda a, k, T: f"lf_signbit({a[0]})" if k == "f" else (f"({a[0]} < 0)" if k == "i" else "false"),
+    "logical_xor": lambda a, k, T: f"(({a[0]} != 0) != ({a[1]} != 0))",
+    **{name: _by_kind({"b": lambda x, y, T, o=bsym: f"({x} {o} {y})"}, lambda x, y, T, o=sym: f"(({T})({x} {o} {y}))")
+       for name, sym, bsym in (("bitwise_and", "&", "&&"), ("bitwise_or", "|", "||"), ("bitwise_xor", "^", "!="))},
+    "bitwise_invert": _by_kind({"b": lambda x, y, T: f"(!{x})"}, lambda x, y, T: f"(({T})~{x})"),
+    "bitwise_left_shift": lambda a, k, T: f"lf_shl<{T}>({a[0]}, {a[1]})",
+    "bitwise_right_shift": lambda a, k, T: f"lf_shr<{T}>({a[0]}, {a[1]})",
     "where": lambda a, k, T: f"(({a[0]} != 0) ? {a[1]} : {a[2]})",
     "identity": lambda a, k, T: a[0],
 }
