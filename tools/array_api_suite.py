@@ -3,8 +3,9 @@
     python tools/array_api_suite.py [--suite DIR] [--device cpu|gpu] [--max-examples 50] [--seed 0]
                                     [-- pytest args, e.g. array_api_tests/test_linalg.py]
 
-The suite is copied to a temporary folder (``--suite DIR`` or ``$ARRAY_API_TESTS_DIR``; without either
-it is cloned from GitHub at ``$ARRAY_API_TESTS_REF``, default ``master``), and run there with
+The suite is copied to a temporary folder (``--suite DIR``, ``$ARRAY_API_TESTS_DIR``, the team's
+``../shared/array-api-tests`` beside the checkout, or a git-ignored ``.array-api-tests`` inside it; without
+any it is cloned from GitHub at ``$ARRAY_API_TESTS_REF``, default ``master``), and run there with
 ``ARRAY_API_TESTS_MODULE=laneflow``, a fixed Hypothesis seed and ``--max-examples``; the ``fft``
 extension, which laneflow does not have, is disabled (the ``linalg`` one runs). laneflow has no
 complex dtypes yet, so they are skipped (``ARRAY_API_TESTS_SKIP_DTYPES``), and the copy gets the one
@@ -86,10 +87,20 @@ def suite_copy(src: str | None, into: Path) -> Path:
     return dest
 
 
+def _beside() -> str | None:
+    """A copy of the suite next to the checkout (the team's shared folder) or inside it (git-ignored, e.g.
+    carried to a GPU machine without network)."""
+    for cand in (ROOT.parent / "shared" / "array-api-tests", ROOT / ".array-api-tests"):
+        if (cand / "array_api_tests").is_dir():
+            return str(cand)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", default=os.environ.get("ARRAY_API_TESTS_DIR"),
-                   help="a checkout of array-api-tests (copied, never changed); default: clone it")
+    p.add_argument("--suite", default=os.environ.get("ARRAY_API_TESTS_DIR") or _beside(),
+                   help="a checkout of array-api-tests (copied, never changed); default: $ARRAY_API_TESTS_DIR, "
+                        "else ../shared/array-api-tests beside the repository or .array-api-tests in it, else a clone")
     p.add_argument("--device", default=os.environ.get("LANEFLOW_DEVICE", "cpu"), choices=("cpu", "gpu"))
     p.add_argument("--max-examples", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
