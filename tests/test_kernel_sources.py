@@ -143,6 +143,9 @@ def test_grouped_matmul_pointer_kernel_and_integer_matmul_compile():
     from laneflow.backends.cuda import matmul as M
 
     _compile(M._PTR_SRC, "lf_store_ptrs")
+    from laneflow.backends.cuda.kernels import pointers as PT
+
+    _compile(*PT._build()[:2])  # batched linalg's strided pointer arrays
     src, name, _ = M._build_int(np.dtype(np.int32))
     _compile(src, name)
 

@@ -9,6 +9,13 @@ potrf+potrs, getrf+getrs, geqrf and geqrf+orgqr capture and replay correctly; ge
 capture (INTERNAL_ERROR, EXECUTION_FAILED), so laneflow refuses to capture eigh and svd and replays
 those plans as commands.
 
+Issue 18 adds the batched routines laneflow's small-matrix path uses (``backends/cuda/linalg_batched.py``),
+on a batch of 4: cuSOLVER potrfBatched, syevjBatched and gesvdjBatched (Jacobi, with their params
+objects), and cuBLAS getrfBatched + getrsBatched and matinvBatched (pointer arrays in device memory).
+Record the syevjBatched and gesvdjBatched lines in ``linalg_batched.BATCHED_CAPTURES`` (eigh and svd
+on the batched path stop forcing a compiled function onto commands when both attempts capture and
+match numpy).
+
     python tools/probe_solver_capture.py
 """
 
@@ -80,10 +87,13 @@ def main(n: int = 8) -> None:
                                                  Wv, work, lw, info)),
                   lambda: get(Wv, (n,)), np.linalg.eigvalsh(spd)),
     }
+    batched, outputs = _batched_routines(n, spd, rhs, put, get, mem, work, lw, st)
+    routines = {**batched, **routines}  # before syevd: a failed syevd capture broke the next eager call
     for name, (call, read, want) in routines.items():
+        lib = cublas if name.startswith("cublas") else sv
         for warm in (False, True):
-            h = sv.create()
-            sv.set_stream(h, lane.handle)
+            h = lib.create()
+            lib.set_stream(h, lane.handle)
             try:
                 if warm:
                     call(h)
@@ -104,6 +114,8 @@ def main(n: int = 8) -> None:
                 check(cu.cuMemsetD8Async(X, 0, 8 * n, st), "cuMemsetD8Async")
                 check(cu.cuMemsetD8Async(Wv, 0, 8 * n, st), "cuMemsetD8Async")
                 check(cu.cuMemsetD8Async(S, 0, 8 * n, st), "cuMemsetD8Async")
+                for p, nbytes in outputs:
+                    check(cu.cuMemsetD8Async(p, 0, nbytes, st), "cuMemsetD8Async")
                 check(cu.cuGraphLaunch(ex, st), "cuGraphLaunch")
                 check(cu.cuStreamSynchronize(st), "cuStreamSynchronize")
                 good = np.allclose(read(), want, rtol=1e-9)
@@ -111,8 +123,58 @@ def main(n: int = 8) -> None:
                 cu.cuGraphExecDestroy(ex)
                 cu.cuGraphDestroy(graph)
             finally:
-                sv.destroy(h)
+                lib.destroy(h)
     s.close()
+
+
+def _batched_routines(n, spd, rhs, put, get, mem, work, lw, stream, batch: int = 4) -> tuple[dict, list]:
+    """The batched routines of laneflow's small-matrix path, on ``batch`` copies of ``spd`` (symmetric, so
+    its column-major and row-major layouts agree), and the outputs to zero before each graph launch (so
+    a graph that did nothing cannot pass on the warm-up's results). Each call resets its inputs first,
+    inside the capture."""
+    st_free = mem.free_stream
+    A = put(np.stack([spd] * batch))
+    R = put(np.stack([rhs] * batch))
+    T = mem.raw_alloc(8 * n * n * batch, st_free, "probe")
+    X = mem.raw_alloc(8 * n * batch, st_free, "probe")
+    C = mem.raw_alloc(8 * n * n * batch, st_free, "probe")
+    W = mem.raw_alloc(8 * n * batch, st_free, "probe")
+    U = mem.raw_alloc(8 * n * n * batch, st_free, "probe")
+    V = mem.raw_alloc(8 * n * n * batch, st_free, "probe")
+    info = mem.raw_alloc(4 * batch, st_free, "probe")
+    ipiv = mem.raw_alloc(4 * n * batch, st_free, "probe")
+    check(cu.cuStreamSynchronize(st_free), "cuStreamSynchronize (probe buffers)")
+    t_arr = put(np.array([T + 8 * n * n * i for i in range(batch)], np.uint64))
+    x_arr = put(np.array([X + 8 * n * i for i in range(batch)], np.uint64))
+    c_arr = put(np.array([C + 8 * n * n * i for i in range(batch)], np.uint64))
+    syevj, gesvdj = sv.create_syevj_info(), sv.create_gesvdj_info()
+    host_info = np.zeros(1, np.int32)
+    LOW, VEC = int(cublas.FillMode.LOWER), int(cusolver.EigMode.VECTOR)
+
+    def reset(h):
+        check(cu.cuMemcpyDtoDAsync(T, A, 8 * n * n * batch, stream), "cuMemcpyDtoDAsync")
+        check(cu.cuMemcpyDtoDAsync(X, R, 8 * n * batch, stream), "cuMemcpyDtoDAsync")
+
+    solve = np.stack([np.linalg.solve(spd, rhs)] * batch)
+    evals = np.stack([np.linalg.eigvalsh(spd)] * batch)
+    svals = np.stack([np.linalg.svd(spd, compute_uv=False)] * batch)
+    out = {
+        "potrfBatched": (lambda h: (reset(h), sv.dpotrf_batched(h, LOW, n, t_arr, n, info, batch)),
+                         lambda: np.abs(np.diagonal(get(T, (batch, n, n)), axis1=1, axis2=2)),
+                         np.stack([np.abs(np.diag(np.linalg.cholesky(spd)))] * batch)),
+        "syevjBatched": (lambda h: (reset(h), sv.dsyevj_batched(h, VEC, LOW, n, T, n, W, work, lw, info, syevj, batch)),
+                         lambda: get(W, (batch, n)), evals),
+        "gesvdjBatched": (lambda h: (reset(h), sv.dgesvdj_batched(h, VEC, n, n, T, n, W, U, n, V, n, work, lw, info,
+                                                                  gesvdj, batch)),
+                          lambda: get(W, (batch, n)), svals),
+        "cublas getrf+getrsBatched": (lambda h: (reset(h), cublas.dgetrf_batched(h, n, t_arr, n, ipiv, info, batch),
+                                                 cublas.dgetrs_batched(h, 0, n, 1, t_arr, n, ipiv, x_arr, n,
+                                                                       host_info.ctypes.data, batch)),
+                                      lambda: get(X, (batch, n)), solve),
+        "cublas matinvBatched": (lambda h: (reset(h), cublas.dmatinv_batched(h, n, t_arr, n, c_arr, n, info, batch)),
+                                 lambda: get(C, (batch, n, n)), np.stack([np.linalg.inv(spd)] * batch)),
+    }
+    return out, [(p, 8 * n * n * batch) for p in (T, C, U, V)] + [(p, 8 * n * batch) for p in (X, W)]
 
 
 if __name__ == "__main__":

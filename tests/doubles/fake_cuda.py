@@ -136,11 +136,46 @@ class _FakeCublas:
         COMPUTE_64F, COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 70, 68, 77
 
 
+#: Every call into the fake cuBLAS/cuSOLVER bindings, in order: (name, args). Tests clear and read it
+#: (one batched call vs a loop of per-matrix calls, the pointer arrays a call gets).
+LIBRARY_CALLS: list = []
+
+
 class _FakeLegacy:
-    """nvmath's cuBLAS/cuSOLVER bindings: handles are numbers, every call succeeds at once."""
+    """nvmath's cuBLAS/cuSOLVER bindings: handles are numbers, every call succeeds at once and is
+    recorded in :data:`LIBRARY_CALLS`; ``*_buffer_size`` queries answer 64 elements."""
+
+    class FillMode:
+        LOWER, UPPER = 0, 1
+
+    class Operation:
+        N, T = 0, 1
+
+    class EigMode:
+        NOVECTOR, VECTOR = 0, 1
 
     def __getattr__(self, name):
-        return lambda *a, **k: next(_ids)
+        def call(*a, **k):
+            LIBRARY_CALLS.append((name, a))
+            return 64 if name.endswith("_buffer_size") else next(_ids)
+        return call
+
+
+def _fake_nvmath() -> None:
+    """``nvmath.bindings.{cublas,cusolver,cusolverDn}`` as :class:`_FakeLegacy` (modules that import
+    them directly, for enums, must never reach a real library under the fake driver)."""
+    import types
+
+    legacy = _FakeLegacy()
+    pkg = types.ModuleType("nvmath")
+    pkg.__path__ = []
+    sub = types.ModuleType("nvmath.bindings")
+    sub.__path__ = []
+    pkg.bindings = sub
+    sys.modules["nvmath"], sys.modules["nvmath.bindings"] = pkg, sub
+    for name in ("cublas", "cusolver", "cusolverDn"):
+        setattr(sub, name, legacy)
+        sys.modules[f"nvmath.bindings.{name}"] = legacy
 
 
 def install(real_nvrtc: bool = False) -> None:
@@ -166,6 +201,7 @@ def install(real_nvrtc: bool = False) -> None:
         nvrtc.compile = lambda source, cc, name="kernel": (name, b"\0")
     matmul._lt = lambda: (_FakeCublas, _FakeLt())
     handles._bindings = lambda name: _FakeLegacy()
+    _fake_nvmath()
     from laneflow.runtime import backend as registry
 
     registry._backends.pop("gpu", None)  # a GPU backend made with the real driver (or its failure) goes

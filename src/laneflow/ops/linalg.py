@@ -5,8 +5,9 @@ refused (numpy and cuSOLVER have no half-precision factorizations). A matrix the
 (singular for solve/inv, not positive definite for cholesky) raises :class:`lf.LinAlgError` at the
 eval that needs the result, as numpy raises ``LinAlgError``.
 
-On a stream with several lanes, a batch (leading dimension of at least 2) is split into one command
-per lane (at most one chunk per lane, along the first batch axis) whose results are concatenated.
+A batch the backend runs as one batched library call (``Backend.runs_linalg_batched``: small matrices
+on the GPU, ``backends/cuda/linalg_batched.py``) stays one command. Otherwise, on a stream with several
+lanes, a batch (leading dimension of at least 2) is split into one command per lane (at most one chunk per lane, along the first batch axis) whose results are concatenated.
 Each matrix is factored by the same routine either way, so the values are the same as unsplit. On the
 GPU the chunks overlap fully under the ``stream`` handle policy (a cuSOLVER handle per lane); under the
 default ``device`` policy the cuSOLVER calls that share the one handle are ordered on the GPU (the
@@ -67,7 +68,8 @@ def _factor(name: str, params: dict, inputs: tuple, specs: list, st, split: tupl
     cut with it); every output does. Several lanes and a batch of 2 or more: one node per chunk."""
     lanes = len(st.lanes)
     b0 = specs[0][0][0] if any(split) and len(inputs[0].shape) > 2 else 0
-    if lanes < 2 or b0 < 2:
+    if lanes < 2 or b0 < 2 or st.backend.runs_linalg_batched(name, [d.shape for d in inputs],
+                                                              [shape for shape, _ in specs]):
         outs = outputs(Factorization(name, **params), inputs, specs, st)
         return outs[0] if single else outs
     k = min(lanes, b0)

@@ -168,6 +168,11 @@ class Backend(abc.ABC):
         ``"matmul_group"``, at most ``limits.max_matmul_group`` of them; ``graph/grouping.py``)."""
         return False
 
+    def runs_linalg_batched(self, name: str, in_shapes: list, out_shapes: list) -> bool:
+        """Whether factorization ``name`` (``ops/linalg.py``) with these shapes runs its whole batch as
+        one batched library call; ``ops/linalg.py`` then keeps it one command instead of one per lane."""
+        return False
+
     def graph_plan(self, plan: Any, stream: Any) -> PlanExecutor | None:
         """A compiled plan (``graph/plan.py``) as one executor, or None when the backend has none; it
         may raise when this plan cannot become one (the plan then replays its commands)."""

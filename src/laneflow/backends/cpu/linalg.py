@@ -13,6 +13,28 @@ import numpy as np
 from ...errors import FINITE_ONLY, LinAlgError, non_finite_input
 
 
+#: One matrix through the routine that can fail (solve fails where inv does: a singular matrix).
+_ONE = {"cholesky": np.linalg.cholesky, "inv": np.linalg.inv, "solve": np.linalg.inv, "eigh": np.linalg.eigh,
+        "svd": lambda m: np.linalg.svd(m, compute_uv=False)}
+
+
+def _which_matrix(name: str, a: np.ndarray, params: dict) -> str:
+    """`` (matrix i of the batch)`` for the first failing matrix of a batch, as the GPU names it (its
+    index in the whole batch when ``ops/linalg.py`` split it over lanes); '' for one matrix. Only on
+    the error path, so the loop costs nothing when all is well."""
+    mats = a.reshape((-1,) + a.shape[-2:])
+    total = params.get("total", len(mats))
+    one = _ONE.get(name)
+    if total < 2 or one is None:
+        return ""
+    for i, m in enumerate(mats):
+        try:
+            one(m)
+        except np.linalg.LinAlgError:
+            return f" (matrix {params.get('first', 0) + i} of the batch)"
+    return ""
+
+
 def linalg(lane, prim, ins, outs):
     name, p = prim.name, prim.params
     if name in FINITE_ONLY and not np.isfinite(ins[0]).all():
@@ -39,6 +61,6 @@ def linalg(lane, prim, ins, outs):
         else:
             raise NotImplementedError(name)
     except np.linalg.LinAlgError as e:
-        raise LinAlgError(f"{name}: {e}") from e
+        raise LinAlgError(f"{name}: {e}{_which_matrix(name, ins[0], p)}") from e
     for out, r in zip(outs, res):
         np.copyto(out, r, casting="unsafe")

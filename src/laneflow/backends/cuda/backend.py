@@ -20,6 +20,7 @@ from .hostsync import HostSignals
 from .dispatch import KERNELS
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
+from .linalg_batched import takes_batched
 from .matmul import GROUPED_DTYPES, MAX_GROUP
 from ...shapes import is_contiguous
 from .memory import DeviceArray, Memory, StridedArray, ViewArray, slab_arrays
@@ -166,6 +167,10 @@ class CUDABackend(Backend):
     def groups_matmul(self, dtype: np.dtype) -> bool:
         """Float matmuls group into one pointer-array batched GEMM (``matmul.matmul_group``)."""
         return dtype in GROUPED_DTYPES
+
+    def runs_linalg_batched(self, name: str, in_shapes: list, out_shapes: list) -> bool:
+        """Small matrices in a batch: one batched cuBLAS/cuSOLVER call (``linalg_batched.takes_batched``)."""
+        return takes_batched(name, in_shapes, out_shapes)
 
     def kernel(self, kind: str):
         try:

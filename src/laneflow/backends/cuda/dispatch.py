@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import attention_choice as _attention
 from . import custom as _custom
 from . import matmul as _matmul
-from . import linalg as _linalg
+from . import linalg_batched as _linalg
 from .kernels import copy as _copy
 from .kernels import dynamic as _dynamic
 from .kernels import elementwise as _ew

@@ -30,6 +30,9 @@ and launches of such graphs are ordered among themselves), scratch is the graph'
 scan writes a slot of the graph that every launch copies into a fresh one (:func:`.checks.deferred`),
 so each call's failure is raised at its own host wait. cholesky, solve, inv and qr are captured;
 eigh and svd (:data:`NOT_CAPTURABLE`) refuse capture, so a plan holding them replays its commands.
+
+A batch of small matrices takes one batched library call instead of this loop (:mod:`.linalg_batched`,
+which the dispatch table calls first); its capture rules are its own.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from .kernels import cdefs as C
 from .kernels.copy import strided_copy
 from .kernels.launch import grid_1d
 from .kernels.plan import broadcast_strides, contiguous_strides
+from .kernels.pointers import upload_for_graph
 
 _allow_tf32 = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
 WORKSPACE_BYTES = LT_WORKSPACE_BYTES
@@ -419,12 +420,8 @@ def matmul_group(lane, prim, ins, outs) -> None:
         try:
             if mem.capture is not None:
                 # Being captured into a graph: the addresses are fixed, so the array is written once
-                # now (graph-owned memory, on the pool's free stream, outside the capture) and the
-                # graph has no pointer kernel to run at every launch.
-                host = np.array(words, np.uint64)
-                check(cu.cuMemcpyHtoDAsync(arr, host.ctypes.data, host.nbytes, mem.free_stream),
-                      "cuMemcpyHtoDAsync (grouped matmul pointers)")
-                check(cu.cuStreamSynchronize(mem.free_stream), "cuStreamSynchronize (grouped matmul pointers)")
+                # now and the graph has no pointer kernel to run at every launch.
+                upload_for_graph(mem, arr, np.array(words, np.uint64), "grouped matmul pointers")
             else:
                 store.launch_prefix(lane.handle, (1, 1, 1), (_PTR_SLOTS, 1, 1), (arr, len(words), *words))
             with pool.use(lane) as (handle, _):

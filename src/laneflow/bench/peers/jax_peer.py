@@ -106,6 +106,15 @@ def kernels(case, device, lanes):
     return [_impl(jax, "jit", lambda: f(a, b, c), lanes=1)]
 
 
+def handles_batched(case, device, lanes):
+    """``jax.numpy.linalg.solve`` on the whole batch, jitted (XLA's batched LU)."""
+    jax, args = _setup(case, device)
+    import jax.numpy as jnp
+
+    solve = jax.jit(jnp.linalg.solve)
+    return [_impl(jax, "jit linalg.solve (batched)", lambda: solve(args["a"], args["b"]), lanes=1)]
+
+
 def gpt2(case, device, lanes):
     """``jax.jit`` of the model's numpy-style forward (as ``anchors/probe_gpt2.py``), weights as arguments."""
     jax, dev = _device(device)

@@ -273,6 +273,16 @@ def handles(case, device, lanes):
     return [it]
 
 
+def handles_batched(case, device, lanes):
+    """``torch.linalg.solve`` on the whole batch (one batched call: cuBLAS/cuSOLVER batched LU or MAGMA)."""
+    torch, dev, gpu, impl = _setup(device)
+    if not gpu:
+        raise PeerUnavailable("the batched-solve comparison is about GPU handles")
+    A = _tensor(torch, case.inputs["a"], dev)
+    Bm = _tensor(torch, case.inputs["b"], dev)
+    return [impl("linalg.solve (batched)", lambda: torch.linalg.solve(A, Bm), lanes=1)]
+
+
 def hf_gpt2(cfg: Any, weights: dict, dev: str = "cpu", dtype: Any = None):
     """transformers' ``GPT2LMHeadModel`` of ``cfg`` (a laneflow GPT2Config) with sdpa attention (its
     eager attention breaks CUDA-graph capture), in eval mode, holding ``weights`` (numpy, Hugging Face

@@ -17,11 +17,17 @@ laneflow's own ops use, and alternating between two lanes (set-stream and set-wo
 
 Part 3, through laneflow's ops: c independent GEMMs and c independent solves on c lanes of one stream,
 with PyTorch/CuPy/JAX on c streams side by side when they import.
+
+Part 4 (``handles_batched.py``): a batch of small solves as one batched call under one handle per device
+against the per-matrix loop on per-lane handles, with torch.linalg.solve and jax.numpy.linalg.solve, and
+the looped/batched crossover at n = 32, 64, 128. ``LANEFLOW_BENCH_HANDLES=batched`` runs part 4 alone
+(about a minute on an H200, to be measured), ``=pools,ops`` parts 1-3.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -38,6 +44,7 @@ from ..harness import Case, Impl, Result, skipped, suite
 from ..report import print_table
 from ..memory import device_used_bytes
 from .common import SEED, dtype, f32, normal
+from .handles_batched import batched_part
 
 MiB = 1 << 20
 HEAVY_WORKSPACE = 256 * MiB
@@ -57,18 +64,24 @@ def _apply(variant: tuple) -> None:
        needs_gpu=True)
 def run(ctx):
     p = ctx.size(quick={"counts": (1, 2), "M": 16, "K": 256, "N": 256, "dtype": "float32", "solve_n": 16,
-                        "gemms": 64, "solves": 16},
+                        "gemms": 64, "solves": 16, "batch": 64, "n": 8, "lanes": 2, "cross_ns": (8, 16),
+                        "cross_batch": 16},
                  cpu=None,
                  gpu={"counts": (1, 2, 4, 8, 16, 32), "M": 64, "K": 1024, "N": 1024, "dtype": "bfloat16",
-                      "solve_n": 64, "gemms": 4096, "solves": 1024})
+                      "solve_n": 64, "gemms": 4096, "solves": 1024, "batch": 4096, "n": 32, "lanes": 16,
+                      "cross_ns": (32, 64, 128), "cross_batch": 512})
+    parts = os.environ.get("LANEFLOW_BENCH_HANDLES", "pools,ops,batched").split(",")
     results: list[Result] = []
-    if ctx.gpu and lfi.unavailable(ctx.device) is None:
+    if "pools" in parts and ctx.gpu and lfi.unavailable(ctx.device) is None:
         try:
             results += _pool_part(ctx, p)
         except Exception as e:  # noqa: BLE001 - report, and still run the op-level part
             results.append(Result("handles", "handle policies (bare library calls)", "pools",
                                   error=f"{type(e).__name__}: {e}"[:300]))
-    results += _ops_part(ctx, p)
+    if "ops" in parts:
+        results += _ops_part(ctx, p)
+    if "batched" in parts:
+        results += batched_part(ctx, p)
     return results
 
 

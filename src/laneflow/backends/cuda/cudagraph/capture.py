@@ -107,8 +107,9 @@ def capture(g, o) -> None:
     steps = g.steps
     lanes = g._capture_lanes()
     ctx.ensure_current()
-    if g.has_linalg:  # the graphs' cuSOLVER pool exists (and its handle, below) before capture
+    if g.has_linalg:  # the graphs' cuSOLVER pool and the cuBLAS pool (batched LU) exist before capture
         device_handles(ctx).pool("cusolverDn-graph")
+        device_handles(ctx).pool("cublas")
     prewarm_libraries(ctx, lanes, {step.prim.kind for step in steps})
     temps = Temps(mem)
     events = []
