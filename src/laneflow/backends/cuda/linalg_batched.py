@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...errors import LaneflowError
+from ...errors import FINITE_ONLY, LaneflowError
 from . import linalg as looped
 from .handles import device_handles, per_device
 from .kernels.pointers import strided_pointers
@@ -285,6 +285,8 @@ def linalg(lane, prim, ins, outs) -> None:
         raise LaneflowError(f"{name}: cuSOLVER's {ROUTINES[name]} is not known to capture into a CUDA graph "
                             "(BATCHED_CAPTURES; tools/probe_solver_capture.py); the compiled function replays "
                             "its commands")
+    if name in FINITE_ONLY:
+        looped._defer_finite(lane, name, ins[0])  # inf/NaN refused as on the loop's path and the CPU
     blib = _batched_lib(lane.ctx)
     call = looped._Call(lane)
     try:
