@@ -61,10 +61,11 @@ BATCHED_MIN_BATCH = 2
 #: inv factors with getrfBatched and inverts with getriBatched).
 ROUTINE_MAX_N = {"eigh": 32, "svd": 32}
 MATINV_MAX_N = 32
-#: Whether the Jacobi routines capture into a CUDA graph (to be measured: tools/probe_solver_capture.py,
-#: rows syevjBatched and gesvdjBatched). False until the lead's GPU run says True: eigh and svd then stop
-#: forcing a compiled function onto commands when they take the batched path.
-BATCHED_CAPTURES = {"eigh": False, "svd": False}
+#: Whether the Jacobi routines capture into a CUDA graph: both do, and the graph's results match numpy,
+#: cold and warm (tools/probe_solver_capture.py, H200, 2026-12-04: docs/perf/suite-decode-h200-2026-12-04-
+#: 08b793a.txt). So eigh and svd on the batched path no longer keep a compiled function on commands;
+#: the loop's syevd and gesvd still refuse capture.
+BATCHED_CAPTURES = {"eigh": True, "svd": True}
 #: The batched routine behind each op (messages, the capture refusal).
 ROUTINES = {"cholesky": "potrfBatched", "solve": "getrfBatched/getrsBatched", "inv": "matinvBatched",
             "eigh": "syevjBatched", "svd": "gesvdjBatched"}
