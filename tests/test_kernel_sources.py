@@ -376,3 +376,14 @@ def test_slogdet_kernel_compiles(dtype):
     from laneflow.backends.cuda.kernels import lu
 
     _compile(*lu._build(np.dtype(dtype))[:2])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_solver_check_kernels_compile(dtype):
+    """The solver's status scan (one block, the first failing matrix wins) and the inf/NaN scan of svd and
+    eigh, with the small triangle and identity kernels."""
+    from laneflow.backends.cuda import linalg as S
+
+    for src, name, _sig in (S._build_scan(), S._build_finite(np.dtype(dtype)), S._build_tri(np.dtype(dtype)),
+                            S._build_eye(np.dtype(dtype))):
+        _compile(src, name)

@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                    PYTHONPATH=os.pathsep.join([str(suite), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "laneflow_device_plugin",
                "--hypothesis-seed", str(args.seed), "--max-examples", str(args.max_examples),
+               *(["--hypothesis-disable-deadline"] if args.device == "gpu" else []),  # first calls compile kernels
                "--xfails-file", str(xfails), "--disable-extension", "fft", "-o", "addopts=", "-rf", *(args.pytest_args or ["array_api_tests"])]
         print("+", " ".join(cmd), flush=True)
         return subprocess.run(cmd, cwd=suite, env=env).returncode

@@ -158,12 +158,20 @@ class _Scratch:
 
 
 def _build_scan():
+    # One block: each thread scans a strided share and offers its first nonzero index; the smallest
+    # wins (a one-thread loop over a 4096-matrix batch took a large part of a batched solve's time).
     src = ('extern "C" __global__ void lf_info_scan(const int* info, long long count, unsigned long long* slot) {\n'
-           "  if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
-           "    for (long long i = 0; i < count; ++i) {\n"
-           "      if (info[i] != 0) { slot[0] = 1ULL; slot[1] = (unsigned long long)i;"
-           " slot[2] = (unsigned long long)(long long)info[i]; return; }\n    }\n"
-           "    slot[0] = 0ULL;\n"  # every run writes word 0: a graph's slot is reused by each launch
+           "  __shared__ unsigned long long first;\n"
+           "  if (threadIdx.x == 0) first = ~0ULL;\n"
+           "  __syncthreads();\n"
+           "  for (long long i = threadIdx.x; i < count; i += blockDim.x) {\n"
+           "    if (info[i] != 0) { atomicMin(&first, (unsigned long long)i); break; }\n"
+           "  }\n"
+           "  __syncthreads();\n"
+           "  if (threadIdx.x == 0) {\n"
+           "    if (first != ~0ULL) { slot[0] = 1ULL; slot[1] = first;"
+           " slot[2] = (unsigned long long)(long long)info[first]; }\n"
+           "    else slot[0] = 0ULL;\n"  # every run writes word 0: a graph's slot is reused by each launch
            "  }\n}\n")
     return src, "lf_info_scan", "pqp"
 
@@ -192,7 +200,7 @@ def _defer_info(lane, op: str, what: str, detail: str, ptr: int, count: int, pri
 
     slot = deferred(lane, explain, "linalg", overwrites=True)
     k = lane.ctx.modules.get(("solver_info_scan",), _build_scan)
-    k.launch(lane.handle, (1, 1, 1), (32, 1, 1), (ptr, count, slot))
+    k.launch(lane.handle, (1, 1, 1), (256, 1, 1), (ptr, count, slot))
 
 
 def _build_finite(dtype):
