@@ -199,3 +199,13 @@ def test_linalg_extension_matches_numpy(device, rng):
     np.testing.assert_allclose(np.asarray(q @ r), a, atol=1e-12)
     np.testing.assert_allclose(np.asarray(la.eigvalsh(x + x.mT)), np.linalg.eigvalsh(a + a.swapaxes(-1, -2)),
                                atol=1e-12)
+
+
+def test_sign_of_signed_zeros_and_nan_is_numpys(device):
+    """sign(-0) is +0 (numpy and the standard's special case), sign(NaN) is NaN, on every backend."""
+    xn = np.array([-0.0, 0.0, np.nan, -2.5, 3.0], np.float64)
+    with lf.stream(device):
+        got = np.asarray(lf.sign(lf.array(xn)))
+    want = np.sign(xn)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

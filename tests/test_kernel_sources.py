@@ -49,6 +49,7 @@ def _elementwise_cases():
     for fn in ("add", "floor_divide", "remainder", "power", "maximum"):
         yield fn, np.dtype(np.int32), False
     yield "add", np.dtype(lf.bfloat16), False
+    yield "sign", np.dtype(lf.bfloat16), True
     yield "multiply", np.dtype(np.float16), False
     yield "logical_and", np.dtype(np.bool_), False
 

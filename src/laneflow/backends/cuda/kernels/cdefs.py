@@ -218,7 +218,7 @@ template <class T> __device__ __forceinline__ T lf_gelu_tanh(T x) {
 template <class T> __device__ __forceinline__ T lf_silu(T x) { return x / ((T)1 + lf_exp(-x)); }
 template <class T> __device__ __forceinline__ T lf_max_nan(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T lf_min_nan(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
-template <class T> __device__ __forceinline__ T lf_sign_f(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : a); }
+template <class T> __device__ __forceinline__ T lf_sign_f(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : (a == 0 ? (T)0 : a)); }  // -0 gives +0 (numpy, the standard); NaN stays
 """
 
 
