@@ -38,14 +38,21 @@ def times(model: str, batch: int, tokens: int) -> tuple[dict, float, int]:
         from laneflow.backends.cuda.kernels.misc import gpu_sleep
 
         with lf.trace() as tr:
+            # The trace's clock is anchored (one host synchronisation) at its first command: anchor it
+            # before the sleep, or that synchronisation waits the sleep out and the forward runs
+            # host-bound again (the first version of this tool measured launch gaps so, 2026-12-04).
+            with lf.stream(st):
+                lf.eval(lf.zeros((1,)) + 1.0)
+            anchor = len(tr.events)
             gpu_sleep(st.lanes[0], 0.1)  # the GPU waits until every command is enqueued
             with lf.stream(st):
                 lf.eval(gpt2.forward(params, ids, cfg, ops))
+    events = tr.events[anchor:]
     per: dict = collections.defaultdict(lambda: [0, 0.0])
-    for e in tr.events:
+    for e in events:
         per[e.op][0] += 1
         per[e.op][1] += e.duration
-    return dict(per), tr.summary()["span"], len(tr.events)
+    return dict(per), max(e.end for e in events) - min(e.start for e in events), len(events)
 
 
 def main() -> None:
