@@ -43,7 +43,7 @@ def times(model: str, batch: int, tokens: int) -> tuple[dict, float, int]:
             # host-bound again (the first version of this tool measured launch gaps so, 2026-12-04).
             with lf.stream(st):
                 lf.eval(lf.zeros((1,)) + 1.0)
-            anchor = len(tr.events)
+            anchor = len(tr._raw) + len(tr._deferred)  # commands recorded so far (times come at exit)
             gpu_sleep(st.lanes[0], 0.1)  # the GPU waits until every command is enqueued
             with lf.stream(st):
                 lf.eval(gpt2.forward(params, ids, cfg, ops))
