@@ -102,10 +102,11 @@ def declared_version() -> str:
     """The standard version laneflow declares (``__array_api_version__``), read from its source so the
     runner does not import laneflow (and its backends) itself."""
     text = (ROOT / "src" / "laneflow" / "_array_api.py").read_text()
-    m = re.search(r'^__array_api_version__ = "([0-9.]+)"', text, re.M)
-    if m is None:
-        sys.exit("array_api_suite: no __array_api_version__ in src/laneflow/_array_api.py")
-    return m.group(1)
+    m = re.search(r"^API_VERSIONS[^=]*= \(([^)]*)\)", text, re.M)  # __array_api_version__ is its last entry
+    versions = re.findall(r'"([0-9]{4}\.[0-9]{2})"', m.group(1)) if m else []
+    if not versions:
+        sys.exit("array_api_suite: no API_VERSIONS in src/laneflow/_array_api.py")
+    return versions[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
