@@ -121,6 +121,8 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     _b("maximum"), _b("minimum"),
     _b("logaddexp", doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
     _b("hypot", doc="``sqrt(a**2 + b**2)`` without intermediate overflow (numpy's ``np.hypot``)."),
+    _b("nextafter", doc="The next representable value after ``a`` towards ``b``, in ``a``'s floating dtype "
+                        "(numpy's ``np.nextafter``; integers give float64)."),
     _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True),
     _b("less_equal", predicate=True), _b("greater", predicate=True), _b("greater_equal", predicate=True),
     _b("logical_and", predicate=True), _b("logical_or", predicate=True),
