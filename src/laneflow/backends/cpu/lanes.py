@@ -35,8 +35,12 @@ class ThreadLane(Lane):
         super().__init__(device, stream_id, index)
         self.fence = ThreadFence()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._put_count = 0   # items queued (by submitting threads, under the scheduling lock)
-        self._done_count = 0  # items the worker has finished (only the worker writes it)
+        # Items given to the lane (queued or deferred; only submitting threads, under the scheduling
+        # lock, write it), and those finished by the worker (only it writes) and inline (only the
+        # one thread running a deferred command writes): the lane is idle when they add up.
+        self._put_count = 0
+        self._done_count = 0
+        self._inline_count = 0
         self._deferred: Command | None = None  # left to the submitting thread, not started
         self._inline_seq = 0  # the last deferred command a thread started running itself
         self._defer_lock = threading.Lock()
@@ -48,9 +52,8 @@ class ThreadLane(Lane):
         if self._deferred is not None or self._inline_seq > self.fence.value:
             with self._defer_lock:
                 cmd = self._deferred
-                if cmd is not None:  # not started: the worker runs it, in order
+                if cmd is not None:  # not started: the worker runs it, in order (counted already)
                     self._deferred = None
-                    self._put_count += 1
                     self._queue.put(cmd)
                 elif self._inline_seq > self.fence.value:  # running on another thread: wait for it
                     self._put_count += 1
@@ -61,8 +64,10 @@ class ThreadLane(Lane):
     def _enqueue(self, cmd: Command) -> None:
         if cmd.inline:
             collect = CALLER.collect
-            if (collect is not None and self._deferred is None and self._put_count == self._done_count
+            if (collect is not None and self._deferred is None
+                    and self._put_count == self._done_count + self._inline_count
                     and self._inline_seq <= self.fence.value):
+                self._put_count += 1
                 self._deferred = cmd  # idle: the submitting thread runs it (run_deferred)
                 collect.append((self, cmd))
                 return
@@ -84,8 +89,7 @@ class ThreadLane(Lane):
             with self._defer_lock:
                 if self._deferred is cmd:
                     self._deferred = None
-                    self._put_count += 1
-                    self._queue.put(cmd)
+                    self._queue.put(cmd)  # (counted when it was deferred)
         return self.fence.wait(seq, timeout)
 
     def run_deferred(self, cmd: Command) -> None:
@@ -99,6 +103,7 @@ class ThreadLane(Lane):
             self._run(cmd)
         finally:
             np.seterr(**err_state)
+            self._inline_count += 1  # after the fence: until then the lane is not idle
 
     def _run(self, item: Command) -> None:
         """Run one command of this lane (on the worker, or inline on a waiting thread) and signal it."""
