@@ -149,3 +149,14 @@ def test_a_busy_lane_queues_the_command_instead():
     s.synchronize()
     np.testing.assert_array_equal(b.data, 1.0)
     s.close()
+
+
+def test_an_eval_with_a_timeout_leaves_the_plan_to_the_worker(rng):
+    s = lf.new_stream(lf.cpu, lanes=1)
+    threads = _runs_on(s)
+    with lf.stream(s):
+        for _ in range(5):
+            y = _step(lf.array(rng.standard_normal(8)))
+            lf.eval(y, timeout=30)
+    assert threads and threading.get_ident() not in threads
+    s.close()

@@ -70,9 +70,10 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
         for d in datas:  # held while waiting: another thread's x[i] = v must not reuse these buffers
             d.arrays += 1
     # Commands a lane leaves to this thread (a cached plan's one command on an idle CPU lane) run
-    # here, after the lock is left and before the waits that would otherwise sleep until a worker ran them
+    # here, after the lock is left and before the waits that would otherwise sleep until a worker ran
+    # them. Not with a timeout: a command run here could not be given up on.
     outer = CALLER.collect
-    collected = CALLER.collect = []
+    collected = CALLER.collect = [] if timeout is None else None
     try:
         try:
             eval_cache.schedule(datas)
