@@ -12,7 +12,7 @@ from laneflow.graph import eval_cache
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
-    saved = (eval_cache.ENABLED, eval_cache.EXECUTOR_AFTER)
+    saved = (eval_cache.ENABLED, eval_cache.EXECUTOR_AFTER, eval_cache.MAX_ENTRIES, eval_cache.MAX_BYTES)
     eval_cache.clear()
     eval_cache.configure(enabled=True, executor_after=2)
     yield
@@ -108,3 +108,66 @@ def test_the_same_leaves_wired_to_other_inputs_miss_and_compute_their_own_values
     before, after = _hits_then(run, True)
     assert after["hits"] == before["hits"], (before, after)
     np.testing.assert_allclose(got[True], np.exp(an) - np.sin(bn) + (bn - an), rtol=1e-12)
+
+
+def test_alike_intermediates_wired_crosswise_miss_and_compute_their_own_values(rng):
+    # Same nodes, same user counts, only which of two alike nodes feeds which consumer differs.
+    xn = rng.standard_normal(8)
+    x = lf.array(xn)
+    lf.eval(x)
+    got = {}
+
+    def run(crossed: bool):
+        p, q = lf.exp(x), lf.exp(x) * 1.0
+        a = p - lf.sin(q)
+        b = (p - lf.sin(q)) if crossed else (q - lf.sin(p))
+        y = a * b
+        lf.eval(y)
+        got[crossed] = np.asarray(y)
+
+    before, after = _hits_then(run, True)
+    assert after["hits"] == before["hits"], (before, after)
+    e = np.exp(xn)
+    np.testing.assert_allclose(got[True], (e - np.sin(e)) ** 2, rtol=1e-12)
+    np.testing.assert_allclose(got[False], (e - np.sin(e)) * (e - np.sin(e)), rtol=1e-12)
+
+
+def test_a_repeated_step_hits_through_its_template_without_a_walk(rng, monkeypatch):
+    x = lf.array(rng.standard_normal(8))
+    lf.eval(x)
+
+    def step(s):
+        return (lf.tanh(x * s) + 1.0).sum()
+
+    for s in (0.5, 1.5, 2.5):  # sighted, built, first hit (which makes the template)
+        lf.eval(step(s))
+    walks = []
+    real = eval_cache._walk
+    monkeypatch.setattr(eval_cache, "_walk", lambda roots: walks.append(1) or real(roots))
+    for s in (3.0, -1.0):
+        y = step(s)
+        lf.eval(y)
+        np.testing.assert_allclose(np.asarray(y), (np.tanh(np.asarray(x) * s) + 1.0).sum(), rtol=1e-12)
+    assert walks == []
+
+
+def test_two_graphs_with_alike_roots_take_turns_and_each_gives_its_own_values(rng):
+    xn = rng.standard_normal(8)
+    x = lf.array(xn)
+    lf.eval(x)
+    for k in range(8):
+        inner = lf.exp(x) if k % 2 else lf.sin(x)
+        y = (inner * 2.0).sum()
+        lf.eval(y)
+        want = ((np.exp(xn) if k % 2 else np.sin(xn)) * 2.0).sum()
+        np.testing.assert_allclose(np.asarray(y), want, rtol=1e-12)
+
+
+def test_an_evicted_plan_leaves_no_template_behind(rng):
+    eval_cache.configure(max_entries=1)
+    x = lf.array(rng.standard_normal(8))
+    lf.eval(x)
+    for f in ("exp",) * 3 + ("sin",) * 2:  # a template for exp; sin's plan evicts exp's
+        lf.eval(lf.exp(x).sum() if f == "exp" else lf.sin(x).max())
+    assert len(eval_cache._entries) == 1
+    assert eval_cache._templates == {}

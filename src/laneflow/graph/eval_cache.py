@@ -47,7 +47,8 @@ ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
 
 
 class _Entry:
-    __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps")
+    __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps",
+                 "key", "template", "alive")
 
     def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
         self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
@@ -57,6 +58,9 @@ class _Entry:
         self.graph_scalars: list | None = None  # the scalar values the executor was made with
         self.hits = 0
         self.bytes = plan.memory.arena_bytes if plan.memory is not None else 0
+        self.key: tuple = ()
+        self.template: _Template | None = None  # set at the first hit whose roots are all pending
+        self.alive = True  # False once evicted: a template must not lead to it any more
 
 
 _entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
@@ -102,8 +106,11 @@ _bypass = [0]
 
 def clear() -> None:
     """Drop every cached plan (their memory is freed once their last launch is done)."""
+    for e in _entries.values():
+        e.alive = False
     _entries.clear()
     _seen.clear()
+    _templates.clear()
     _pinned[0] = 0
 
 
@@ -143,7 +150,8 @@ def _walk(roots) -> tuple | object | None:
     pos: dict = {}  # an emitted node -> its position; a leaf -> -1 - its number
     order: list = []
     leaves: list = []
-    parts: list = []
+    parts: list = []  # per node: (cache key, shape, dtype, stream, references, users, seen by an array)
+    fixed: list = []  # (position, scalar values) of nodes that depend on no leaf
     scalars: list = []
     dep: list = []  # does node k depend on a leaf (else it is computed once and kept by the plan)
     get, emit, add = pos.get, order.append, parts.append
@@ -192,15 +200,165 @@ def _walk(roots) -> tuple | object | None:
                     if depends:
                         scalars.extend(vals)
                     else:  # a node computed once at the plan's build: its scalar values are part of the key
-                        add(tuple(vals))
+                        fixed.append((len(order) - 1, tuple(vals)))
                 add((pk, d.shape, d.dtype, d.stream, tuple(refs), d.users, d.arrays > 0))
                 stack.pop()
         if len(order) > MAX_NODES:
             return None
     if len(order) < MIN_NODES:
         return None
-    key = (tuple(parts), tuple([(x.shape, x.dtype, x.device) for x in leaves]))
+    key = (tuple(parts), tuple(fixed), tuple([(x.shape, x.dtype, x.device) for x in leaves]))
     return order, (key, leaves, scalars, dep)
+
+
+class _Template:
+    """A cached graph as a hit finds it again without searching (``_match``): per position of the
+    walk's order, the node's key entry, whose references say where its inputs are; which positions
+    the roots hold; the leaves' metadata; the scalar values read or checked. Kept per root signature
+    (``_templates``): a forward evaluated again and again reaches its plan in one check per node and
+    input, with no dictionary of nodes, no new key and no hash of it."""
+
+    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed")
+
+    def __init__(self, entry: _Entry, sig: tuple, root_pos: list, sc_pos: list):
+        ents, fixed, meta = entry.key
+        self.entry, self.sig, self.ents, self.fixed, self.leaf_meta = entry, sig, ents, fixed, meta
+        self.root_pos, self.sc_pos, self.n_leaves = root_pos, sc_pos, len(meta)
+
+
+#: root signature (each root's primitive key and shape) -> the template of the plan it last hit
+_templates: dict = {}
+
+
+def _signature(roots) -> tuple | None:
+    sig = []
+    for r in roots:
+        p = r.prim
+        if p is None:
+            return None
+        ck = _cache_info(p)
+        if ck is None:
+            return None
+        sig.append((ck[0], r.shape))
+    return tuple(sig)
+
+
+def _cache_info(p) -> tuple | None:
+    """``p``'s ``(cache key, scalars)``, or None for a primitive the cache cannot key (or host data)."""
+    try:
+        return p._ck
+    except AttributeError:
+        if p.kind == "constant" or not p.cacheable:
+            return None
+        return p.cache_info()
+
+
+def _remember(entry: _Entry, roots, order: list, dep: list) -> None:
+    """File ``entry``'s template under its roots (made from this graph, before it is let go, the first
+    time): the next evaluation with these roots tries it first. Roots must be pending and distinct."""
+    t = entry.template
+    if t is None:
+        if any(r.prim is None for r in roots) or len(set(map(id, roots))) != len(roots):
+            return
+        sig = _signature(roots)
+        if sig is None:
+            return
+        at = {id(d): k for k, d in enumerate(order)}
+        sc_pos = [k for k, d in enumerate(order) if dep[k] and d.prim._ck[1]]
+        t = entry.template = _Template(entry, sig, [at[id(r)] for r in roots], sc_pos)
+    if len(_templates) >= MAX_ENTRIES and t.sig not in _templates:
+        _templates.clear()
+    _templates[t.sig] = t
+
+
+def _forget(entry: _Entry) -> None:
+    """An evicted entry's template goes too (it would keep the plan and its memory alive)."""
+    entry.alive = False
+    t = entry.template
+    if t is not None and _templates.get(t.sig) is t:
+        del _templates[t.sig]
+
+
+def _template_for(roots) -> "_Template | None":
+    if len(roots) == 1:  # (one new node over evaluated inputs: the usual uncached eager eval)
+        for i in roots[0].inputs:
+            if i.prim is not None:
+                break
+        else:
+            return None
+    if not _templates:
+        return None
+    sig = _signature(roots)
+    try:
+        t = _templates.get(sig) if sig is not None else None
+    except TypeError:  # a parameter that does not hash (a primitive of a user's)
+        return None
+    if t is not None and not t.entry.alive:
+        del _templates[sig]
+        return None
+    return t
+
+
+def _match(t: _Template, roots) -> tuple | None:
+    """``(order, leaves, scalars)`` when the graph of ``roots`` has ``t``'s structure (what ``_walk``
+    would key alike), else None. From the last position down: a node is the root or the input that
+    a later node's references put there, and must agree with its entry; an input is the node found
+    there before or, at its first reference, is placed there (a pending node) or numbered as a leaf
+    (an evaluated value). Every node and leaf is distinct, as they are in the walk."""
+    ents = t.ents
+    n = len(ents)
+    nodes: list = [None] * n
+    for r, k in zip(roots, t.root_pos):
+        nodes[k] = r
+    leaves: list = [None] * t.n_leaves
+    for k in range(n - 1, -1, -1):
+        d = nodes[k]
+        if d is None:
+            return None
+        pk, shape, dtype, stream, refs, users, seen = ents[k]
+        p = d.prim
+        if p is None or d.siblings is not None:
+            return None
+        try:
+            ck = p._ck[0]
+        except AttributeError:
+            ck = _cache_info(p)
+            if ck is None:
+                return None
+            ck = ck[0]
+        if (d.stream is not stream or d.users != users or (d.arrays > 0) is not seen or d.shape != shape
+                or (ck is not pk and ck != pk) or (d.dtype is not dtype and d.dtype != dtype)):
+            return None
+        ins = d.inputs
+        if len(ins) != len(refs):
+            return None
+        for x, j in zip(ins, refs):
+            if j >= 0:
+                y = nodes[j]
+                if y is None:
+                    nodes[j] = x
+                elif y is not x:
+                    return None
+            else:
+                y = leaves[-1 - j]
+                if y is None:
+                    if x.prim is not None:  # pending: not a leaf now
+                        return None
+                    leaves[-1 - j] = x
+                elif y is not x:
+                    return None
+    if len(set(map(id, nodes))) != n or len(set(map(id, leaves))) != len(leaves):
+        return None
+    for x, m in zip(leaves, t.leaf_meta):
+        if x.shape != m[0] or x.dtype != m[1] or x.device != m[2]:
+            return None
+    for k, vals in t.fixed:
+        if tuple([x.value for x in nodes[k].prim._ck[1]]) != vals:
+            return None
+    scalars: list = []
+    for k in t.sc_pos:
+        scalars.extend([x.value for x in nodes[k].prim._ck[1]])
+    return nodes, leaves, scalars
 
 
 def schedule(roots) -> None:
@@ -208,6 +366,13 @@ def schedule(roots) -> None:
     seen before, else one command each. Returns without waiting for the work."""
     with _sched.LOCK:
         if ENABLED and not _bypass[0] and not _building[0]:
+            t = _template_for(roots)
+            if t is not None:
+                m = _match(t, roots)
+                if m is not None:
+                    _entries.move_to_end(t.entry.key)
+                    _hit(t.entry, *m)
+                    return
             w = _walk(roots)
             if w is _CONSTANT:
                 # host data in the graph is a value: upload it first, so that it is a leaf of the plan
@@ -247,8 +412,15 @@ def _run_structure(roots, order: list, s: tuple) -> bool:
         STATS["misses"] += 1
         _run_commands(entry, order, leaves)
         return True
-    STATS["hits"] += 1
     _entries.move_to_end(key)
+    _remember(entry, roots, order, dep)
+    _hit(entry, order, leaves, scalars)
+    return True
+
+
+def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
+    """Replay ``entry``'s plan for the graph ``order`` with these leaves and scalar values."""
+    STATS["hits"] += 1
     entry.hits += 1
     for obj, v in zip(entry.scalars, scalars):
         obj.value = v
@@ -269,14 +441,13 @@ def _run_structure(roots, order: list, s: tuple) -> bool:
                 lease = None
     if lease is None:
         _run_commands(entry, order, leaves)
-        return True
+        return
     STATS["executor_runs"] += 1
     specs = lease.specs
     outs = []
     for ref, *_ in plan.outputs:
         outs.append(lease.buffer_of(specs[ref[1]]) if ref[0] == "slot" else _const_buffer(ref[1]))
     _finish(order, entry, outs)
-    return True
 
 
 def _build(roots, order: list, leaves: list, dep: list, key: tuple) -> _Entry:
@@ -302,6 +473,7 @@ def _build(roots, order: list, leaves: list, dep: list, key: tuple) -> _Entry:
         _building[0] = False
     plan.calls = 1
     entry = _Entry(plan, scalars, order[need_positions[0]].stream, need_positions)
+    entry.key = key
     _entries[key] = entry
     _account(entry)
     return entry
@@ -357,5 +529,6 @@ def _evict(keep: _Entry | None) -> None:
             _entries.move_to_end(k)
             continue
         del _entries[k]
+        _forget(e)
         _pinned[0] -= e.bytes
         STATS["evicted"] += 1
