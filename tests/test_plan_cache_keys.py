@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import laneflow as lf
-from laneflow.graph import eval_cache
+from laneflow.graph import eval_cache, eval_templates
 
 
 @pytest.fixture(autouse=True)
@@ -170,4 +170,4 @@ def test_an_evicted_plan_leaves_no_template_behind(rng):
     for f in ("exp",) * 3 + ("sin",) * 2:  # a template for exp; sin's plan evicts exp's
         lf.eval(lf.exp(x).sum() if f == "exp" else lf.sin(x).max())
     assert len(eval_cache._entries) == 1
-    assert eval_cache._templates == {}
+    assert eval_templates.TEMPLATES == {}

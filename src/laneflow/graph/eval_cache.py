@@ -8,6 +8,9 @@ appearance, with their shape, dtype and device. Python scalar operands are keyed
 a changed scalar value hits and runs with the new value. (tinygrad's schedule cache and MLX's CUDA
 graph cache, keyed by graph topology, are the models.)
 
+- A repeated graph is recognised without its key when it can be: a plan's first hit leaves a
+  template filed under its roots' signature, and a later evaluation with such roots checks its graph
+  against it node by node (``graph/eval_templates.py``) before walking and keying it (``_walk``).
 - The first sighting of a structure only notes its key and evaluates as usual (one-off graphs pay
   the key, not a plan). The second builds a plan (``graph/plan.py``: the same passes and kernels as
   eager evaluation) and replays it; later ones are hits that bind the leaves and replay.
@@ -30,6 +33,7 @@ import collections
 import os
 from typing import Any
 
+from . import eval_templates as _templates
 from . import schedule as _sched
 from .node import ArrayData, LazyData
 from .plan import Plan, build_plan, executor, replay_commands
@@ -59,7 +63,7 @@ class _Entry:
         self.hits = 0
         self.bytes = plan.memory.arena_bytes if plan.memory is not None else 0
         self.key: tuple = ()
-        self.template: _Template | None = None  # set at the first hit whose roots are all pending
+        self.template = None  # its eval_templates.Template, made at its first hit
         self.alive = True  # False once evicted: a template must not lead to it any more
 
 
@@ -110,7 +114,7 @@ def clear() -> None:
         e.alive = False
     _entries.clear()
     _seen.clear()
-    _templates.clear()
+    _templates.TEMPLATES.clear()
     _pinned[0] = 0
 
 
@@ -211,164 +215,14 @@ def _walk(roots) -> tuple | object | None:
     return order, (key, leaves, scalars, dep)
 
 
-class _Template:
-    """A cached graph as a hit finds it again without searching (``_match``): per position of the
-    walk's order, the node's key entry, whose references say where its inputs are; which positions
-    the roots hold; the leaves' metadata; the scalar values read or checked. Kept per root signature
-    (``_templates``): a forward evaluated again and again reaches its plan in one check per node and
-    input, with no dictionary of nodes, no new key and no hash of it."""
-
-    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed")
-
-    def __init__(self, entry: _Entry, sig: tuple, root_pos: list, sc_pos: list):
-        ents, fixed, meta = entry.key
-        self.entry, self.sig, self.ents, self.fixed, self.leaf_meta = entry, sig, ents, fixed, meta
-        self.root_pos, self.sc_pos, self.n_leaves = root_pos, sc_pos, len(meta)
-
-
-#: root signature (each root's primitive key and shape) -> the template of the plan it last hit
-_templates: dict = {}
-
-
-def _signature(roots) -> tuple | None:
-    sig = []
-    for r in roots:
-        p = r.prim
-        if p is None:
-            return None
-        ck = _cache_info(p)
-        if ck is None:
-            return None
-        sig.append((ck[0], r.shape))
-    return tuple(sig)
-
-
-def _cache_info(p) -> tuple | None:
-    """``p``'s ``(cache key, scalars)``, or None for a primitive the cache cannot key (or host data)."""
-    try:
-        return p._ck
-    except AttributeError:
-        if p.kind == "constant" or not p.cacheable:
-            return None
-        return p.cache_info()
-
-
-def _remember(entry: _Entry, roots, order: list, dep: list) -> None:
-    """File ``entry``'s template under its roots (made from this graph, before it is let go, the first
-    time): the next evaluation with these roots tries it first. Roots must be pending and distinct."""
-    t = entry.template
-    if t is None:
-        if any(r.prim is None for r in roots) or len(set(map(id, roots))) != len(roots):
-            return
-        sig = _signature(roots)
-        if sig is None:
-            return
-        at = {id(d): k for k, d in enumerate(order)}
-        sc_pos = [k for k, d in enumerate(order) if dep[k] and d.prim._ck[1]]
-        t = entry.template = _Template(entry, sig, [at[id(r)] for r in roots], sc_pos)
-    if len(_templates) >= MAX_ENTRIES and t.sig not in _templates:
-        _templates.clear()
-    _templates[t.sig] = t
-
-
-def _forget(entry: _Entry) -> None:
-    """An evicted entry's template goes too (it would keep the plan and its memory alive)."""
-    entry.alive = False
-    t = entry.template
-    if t is not None and _templates.get(t.sig) is t:
-        del _templates[t.sig]
-
-
-def _template_for(roots) -> "_Template | None":
-    if len(roots) == 1:  # (one new node over evaluated inputs: the usual uncached eager eval)
-        for i in roots[0].inputs:
-            if i.prim is not None:
-                break
-        else:
-            return None
-    if not _templates:
-        return None
-    sig = _signature(roots)
-    try:
-        t = _templates.get(sig) if sig is not None else None
-    except TypeError:  # a parameter that does not hash (a primitive of a user's)
-        return None
-    if t is not None and not t.entry.alive:
-        del _templates[sig]
-        return None
-    return t
-
-
-def _match(t: _Template, roots) -> tuple | None:
-    """``(order, leaves, scalars)`` when the graph of ``roots`` has ``t``'s structure (what ``_walk``
-    would key alike), else None. From the last position down: a node is the root or the input that
-    a later node's references put there, and must agree with its entry; an input is the node found
-    there before or, at its first reference, is placed there (a pending node) or numbered as a leaf
-    (an evaluated value). Every node and leaf is distinct, as they are in the walk."""
-    ents = t.ents
-    n = len(ents)
-    nodes: list = [None] * n
-    for r, k in zip(roots, t.root_pos):
-        nodes[k] = r
-    leaves: list = [None] * t.n_leaves
-    for k in range(n - 1, -1, -1):
-        d = nodes[k]
-        if d is None:
-            return None
-        pk, shape, dtype, stream, refs, users, seen = ents[k]
-        p = d.prim
-        if p is None or d.siblings is not None:
-            return None
-        try:
-            ck = p._ck[0]
-        except AttributeError:
-            ck = _cache_info(p)
-            if ck is None:
-                return None
-            ck = ck[0]
-        if (d.stream is not stream or d.users != users or (d.arrays > 0) is not seen or d.shape != shape
-                or (ck is not pk and ck != pk) or (d.dtype is not dtype and d.dtype != dtype)):
-            return None
-        ins = d.inputs
-        if len(ins) != len(refs):
-            return None
-        for x, j in zip(ins, refs):
-            if j >= 0:
-                y = nodes[j]
-                if y is None:
-                    nodes[j] = x
-                elif y is not x:
-                    return None
-            else:
-                y = leaves[-1 - j]
-                if y is None:
-                    if x.prim is not None:  # pending: not a leaf now
-                        return None
-                    leaves[-1 - j] = x
-                elif y is not x:
-                    return None
-    if len(set(map(id, nodes))) != n or len(set(map(id, leaves))) != len(leaves):
-        return None
-    for x, m in zip(leaves, t.leaf_meta):
-        if x.shape != m[0] or x.dtype != m[1] or x.device != m[2]:
-            return None
-    for k, vals in t.fixed:
-        if tuple([x.value for x in nodes[k].prim._ck[1]]) != vals:
-            return None
-    scalars: list = []
-    for k in t.sc_pos:
-        scalars.extend([x.value for x in nodes[k].prim._ck[1]])
-    return nodes, leaves, scalars
-
-
 def schedule(roots) -> None:
     """Submit every pending node needed by ``roots``: through a cached plan when this structure was
     seen before, else one command each. Returns without waiting for the work."""
     with _sched.LOCK:
         if ENABLED and not _bypass[0] and not _building[0]:
-            t = _template_for(roots)
+            t = _templates.template_for(roots)
             if t is not None:
-                m = _match(t, roots)
+                m = _templates.match(t, roots)
                 if m is not None:
                     _entries.move_to_end(t.entry.key)
                     _hit(t.entry, *m)
@@ -413,7 +267,7 @@ def _run_structure(roots, order: list, s: tuple) -> bool:
         _run_commands(entry, order, leaves)
         return True
     _entries.move_to_end(key)
-    _remember(entry, roots, order, dep)
+    _templates.remember(entry, roots, order, dep, MAX_ENTRIES)
     _hit(entry, order, leaves, scalars)
     return True
 
@@ -529,6 +383,6 @@ def _evict(keep: _Entry | None) -> None:
             _entries.move_to_end(k)
             continue
         del _entries[k]
-        _forget(e)
+        _templates.forget(e)
         _pinned[0] -= e.bytes
         STATS["evicted"] += 1
