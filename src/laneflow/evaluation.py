@@ -8,6 +8,7 @@ from .array import Array
 from .graph import eval_cache
 from .graph import schedule as _sched
 from .graph.node import LazyData
+from .runtime.lane import CALLER, run_collected
 from .runtime.stats import STATS
 
 
@@ -48,8 +49,13 @@ def async_eval(*xs: Any) -> None:
             break
     else:
         return
-    with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
-        eval_cache.schedule([a._data for a in arrays])
+    outer = CALLER.collect  # (None: nothing is left to this thread, which will not wait)
+    CALLER.collect = None
+    try:
+        with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
+            eval_cache.schedule([a._data for a in arrays])
+    finally:
+        CALLER.collect = outer
 
 
 def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's name
@@ -63,8 +69,18 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
         datas = [a._data for a in arrays]
         for d in datas:  # held while waiting: another thread's x[i] = v must not reuse these buffers
             d.arrays += 1
+    # Commands a lane leaves to this thread (a cached plan's one command on an idle CPU lane) run
+    # here, after the lock is left and before the waits that would otherwise sleep until a worker ran
+    # them. Not with a timeout: a command run here could not be given up on.
+    outer = CALLER.collect
+    collected = CALLER.collect = [] if timeout is None else None
     try:
-        eval_cache.schedule(datas)
+        try:
+            eval_cache.schedule(datas)
+        finally:
+            CALLER.collect = outer
+            if collected:
+                run_collected(collected)
         for d in datas:
             _sched.wait(d, timeout)
     finally:

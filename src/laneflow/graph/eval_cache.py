@@ -8,6 +8,9 @@ appearance, with their shape, dtype and device. Python scalar operands are keyed
 a changed scalar value hits and runs with the new value. (tinygrad's schedule cache and MLX's CUDA
 graph cache, keyed by graph topology, are the models.)
 
+- A repeated graph is recognised without its key when it can be: a plan's first hit leaves a
+  template filed under its roots' signature, and a later evaluation with such roots checks its graph
+  against it node by node (``graph/eval_templates.py``) before walking and keying it (``_walk``).
 - The first sighting of a structure only notes its key and evaluates as usual (one-off graphs pay
   the key, not a plan). The second builds a plan (``graph/plan.py``: the same passes and kernels as
   eager evaluation) and replays it; later ones are hits that bind the leaves and replay.
@@ -30,8 +33,9 @@ import collections
 import os
 from typing import Any
 
+from . import eval_templates as _templates
 from . import schedule as _sched
-from .node import ArrayData
+from .node import ArrayData, LazyData
 from .plan import Plan, build_plan, executor, replay_commands
 
 #: Hits before a plan runs as the backend's whole-plan executor (a CUDA graph on the GPU).
@@ -47,7 +51,8 @@ ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
 
 
 class _Entry:
-    __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps")
+    __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps",
+                 "key", "template", "alive")
 
     def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
         self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
@@ -57,6 +62,9 @@ class _Entry:
         self.graph_scalars: list | None = None  # the scalar values the executor was made with
         self.hits = 0
         self.bytes = plan.memory.arena_bytes if plan.memory is not None else 0
+        self.key: tuple = ()
+        self.template = None  # its eval_templates.Template, made at its first hit
+        self.alive = True  # False once evicted: a template must not lead to it any more
 
 
 _entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
@@ -102,8 +110,11 @@ _bypass = [0]
 
 def clear() -> None:
     """Drop every cached plan (their memory is freed once their last launch is done)."""
+    for e in _entries.values():
+        e.alive = False
     _entries.clear()
     _seen.clear()
+    _templates.TEMPLATES.clear()
     _pinned[0] = 0
 
 
@@ -114,87 +125,130 @@ def info() -> dict:
             "executors": sum(1 for e in _entries.values() if e.plan.unit)}
 
 
-def _structure(order: list) -> tuple | None:
-    """(key, leaves, scalar values, internal uses, depends-on-a-leaf) of the pending nodes ``order``
-    (inputs first), or None when the graph is not cacheable. One pass, on every cached evaluation: it
-    reads each node's cached ``(cache_key, scalars)`` (``Primitive.cache_info``)."""
-    pos: dict = {}
-    leaves: list = []
-    leaf_pos: dict = {}
-    parts: list = []
-    scalars: list = []
-    internal: list = []
-    dep: list = []  # does node k depend on a leaf (else it is computed once and kept by the plan)
-    add = parts.append
-    for k, d in enumerate(order):
-        p = d.prim
-        try:
-            pk, sc = p._ck
-        except AttributeError:
-            if not p.cacheable:
-                return None
-            pk, sc = p.cache_info()
-        if d.siblings is not None:
+_CONSTANT = object()  # _walk's answer for a graph holding host data (uploaded first: run)
+_BYPASS = object()  # _walk's answer for a graph holding a node the cache cannot key
+
+
+def _walk(roots) -> tuple | object | None:
+    """The pending nodes needed by ``roots`` in dependency order, together with their structure, in
+    one pass: ``(order, (key, leaves, scalars, dep))``. The key: per node, the primitive's cache key
+    (``Primitive.cache_info``), shape, dtype, stream, references to its inputs, ``users`` and whether
+    an array holds it; per leaf, shape, dtype and device. ``dep[k]``: node k depends on a leaf. None
+    when the graph is too small or too large for the cache, ``_BYPASS`` when it holds a node the
+    cache cannot key (a primitive that is not cacheable, a multi-output node), ``_CONSTANT`` when it
+    holds host data still to upload.
+
+    On a hit this pass is all the work the cache does before replaying, so it does the toposort's
+    search and the key's reading of each node at once: a node's entry is made from the references
+    collected while its inputs were visited (an emitted node's position, or a leaf's number by first
+    appearance, negative), and nothing is walked twice."""
+    if len(roots) == 1:  # the common eager case: one new node over evaluated inputs
+        root = roots[0]
+        if root.__class__ is LazyData or root.buffer is not None:
             return None
-        depends = False
-        ins = []
-        for i in d.inputs:
-            j = pos.get(i)
-            if j is None:
-                j = leaf_pos.get(i)
+        for i in root.inputs:
+            if i.buffer is None:
+                break
+        else:
+            return None
+    pos: dict = {}  # an emitted node -> its position; a leaf -> -1 - its number
+    order: list = []
+    leaves: list = []
+    parts: list = []  # per node: (cache key, shape, dtype, stream, references, users, seen by an array)
+    fixed: list = []  # (position, scalar values) of nodes that depend on no leaf
+    scalars: list = []
+    dep: list = []  # does node k depend on a leaf (else it is computed once and kept by the plan)
+    get, emit, add = pos.get, order.append, parts.append
+    for root in roots:
+        if root.__class__ is LazyData or root.buffer is not None or root in pos:
+            continue
+        # frames: [node, inputs, index of the next input, references so far, depends on a leaf]
+        stack = [[root, root.inputs, 0, [], False]]
+        while stack:
+            top = stack[-1]
+            d, ins, k, refs, depends = top
+            n = len(ins)
+            while k < n:
+                i = ins[k]
+                j = get(i)
                 if j is None:
-                    j = leaf_pos[i] = len(leaves)
-                    leaves.append(i)
-                ins.append(-1 - j)
-                depends = True
-            else:
-                ins.append(j)
-                internal[j] += 1
-                if dep[j]:
+                    if i.buffer is not None or i.__class__ is LazyData:
+                        j = pos[i] = -1 - len(leaves)
+                        leaves.append(i)
+                    else:  # visit it first; this input is read again once it is emitted
+                        top[2] = k
+                        top[4] = depends
+                        stack.append([i, i.inputs, 0, [], False])
+                        break
+                k += 1
+                refs.append(j)
+                if not depends and (j < 0 or dep[j]):
                     depends = True
-        pos[d] = k
-        internal.append(0)
-        dep.append(depends)
-        if sc:
-            vals = [s.value for s in sc]
-            if depends:
-                scalars.extend(vals)
-            else:  # a node computed once at the plan's build: its scalar values are part of the key
-                add(tuple(vals))
-        add((pk, d.shape, d.dtype, d.stream, tuple(ins), d.users, d.arrays > 0))
-    key = (tuple(parts), tuple([(x.shape, x.dtype, x.device) for x in leaves]))
-    return key, leaves, scalars, internal, dep
+            else:
+                p = d.prim
+                try:
+                    pk, sc = p._ck
+                except AttributeError:
+                    if p.kind == "constant":
+                        return _CONSTANT
+                    if not p.cacheable:
+                        return _BYPASS
+                    pk, sc = p.cache_info()
+                if d.siblings is not None:
+                    return _BYPASS
+                pos[d] = len(order)
+                emit(d)
+                dep.append(depends)
+                if sc:
+                    vals = [x.value for x in sc]
+                    if depends:
+                        scalars.extend(vals)
+                    else:  # a node computed once at the plan's build: its scalar values are part of the key
+                        fixed.append((len(order) - 1, tuple(vals)))
+                add((pk, d.shape, d.dtype, d.stream, tuple(refs), d.users, d.arrays > 0))
+                stack.pop()
+        if len(order) > MAX_NODES:
+            return None
+    if len(order) < MIN_NODES:
+        return None
+    key = (tuple(parts), tuple(fixed), tuple([(x.shape, x.dtype, x.device) for x in leaves]))
+    return order, (key, leaves, scalars, dep)
 
 
 def schedule(roots) -> None:
     """Submit every pending node needed by ``roots``: through a cached plan when this structure was
     seen before, else one command each. Returns without waiting for the work."""
     with _sched.LOCK:
-        order = _sched.toposort(roots)
-        if not order:
-            return
-        if not ENABLED or _bypass[0] or not run(roots, order):
-            _sched.execute([d for d in order if d.buffer is None])  # (run may have uploaded constants)
+        if ENABLED and not _bypass[0] and not _building[0]:
+            t = _templates.template_for(roots)
+            if t is not None:
+                m = _templates.match(t, roots)
+                if m is not None:
+                    _entries.move_to_end(t.entry.key)
+                    _hit(t.entry, *m)
+                    return
+            w = _walk(roots)
+            if w is _CONSTANT:
+                # host data in the graph is a value: upload it first, so that it is a leaf of the plan
+                for d in _sched.toposort(roots):
+                    if d.prim.kind == "constant":
+                        _sched.schedule_one(d)
+                w = _walk(roots)
+            if w.__class__ is tuple:
+                order, s = w
+                if not _run_structure(roots, order, s):
+                    _sched.execute(order)
+                return
+            if w is _BYPASS:
+                STATS["bypassed"] += 1
+        _sched.execute(_sched.toposort(roots))
 
 
-def run(roots, order: list) -> bool:
-    """Evaluate the pending nodes ``order`` (inputs first) through the cache; False when the caller
-    must schedule them as usual (not cacheable, or the first sighting of this structure)."""
-    if _building[0] or not MIN_NODES <= len(order) <= MAX_NODES:
-        return False
-    # host data in the graph is a value: upload it first, so that it is a leaf of the plan
-    if any(d.prim.kind == "constant" for d in order):
-        for d in order:
-            if d.prim is not None and d.prim.kind == "constant":
-                _sched.schedule_one(d)
-        order = [d for d in order if d.buffer is None]
-        if len(order) < MIN_NODES:
-            return False
-    s = _structure(order)
-    if s is None:
-        STATS["bypassed"] += 1
-        return False
-    key, leaves, scalars, internal, dep = s
+def _run_structure(roots, order: list, s: tuple) -> bool:
+    """Evaluate the pending nodes ``order`` (inputs first; ``s``: their structure, from ``_walk``)
+    through the cache; False when the caller must schedule them as usual (the first sighting of this
+    structure, or a key that does not hash)."""
+    key, leaves, scalars, dep = s
     try:
         entry = _entries.get(key)
     except TypeError:  # a parameter that does not hash (a primitive of a user's): not cacheable
@@ -208,12 +262,19 @@ def run(roots, order: list) -> bool:
             STATS["sighted"] += 1
             return False
         del _seen[key]
-        entry = _build(roots, order, leaves, internal, dep, key)
+        entry = _build(roots, order, leaves, dep, key)
         STATS["misses"] += 1
         _run_commands(entry, order, leaves)
         return True
-    STATS["hits"] += 1
     _entries.move_to_end(key)
+    _templates.remember(entry, roots, order, dep, MAX_ENTRIES)
+    _hit(entry, order, leaves, scalars)
+    return True
+
+
+def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
+    """Replay ``entry``'s plan for the graph ``order`` with these leaves and scalar values."""
+    STATS["hits"] += 1
     entry.hits += 1
     for obj, v in zip(entry.scalars, scalars):
         obj.value = v
@@ -234,24 +295,30 @@ def run(roots, order: list) -> bool:
                 lease = None
     if lease is None:
         _run_commands(entry, order, leaves)
-        return True
+        return
     STATS["executor_runs"] += 1
     specs = lease.specs
     outs = []
     for ref, *_ in plan.outputs:
         outs.append(lease.buffer_of(specs[ref[1]]) if ref[0] == "slot" else _const_buffer(ref[1]))
     _finish(order, entry, outs)
-    return True
 
 
-def _build(roots, order: list, leaves: list, internal: list, dep: list, key: tuple) -> _Entry:
+def _build(roots, order: list, leaves: list, dep: list, key: tuple) -> _Entry:
     """The plan of this structure, built from this graph (on its second sighting)."""
+    at = {d: k for k, d in enumerate(order)}
+    internal = [0] * len(order)  # uses inside the graph: a node used more is needed outside it
+    for d in order:
+        for i in d.inputs:
+            k = at.get(i)
+            if k is not None:
+                internal[k] += 1
     wanted = set(map(id, roots))
     need_positions = [k for k, d in enumerate(order) if id(d) in wanted or d.arrays or d.users > internal[k]]
     for d in order:  # the plan's primitives hold Scalar objects of their own, which hits set
         if d.prim.scalars():
             d.prim = d.prim.with_own_scalars()
-    # the Scalar objects of the steps that depend on a leaf, in the order _structure reads values
+    # the Scalar objects of the steps that depend on a leaf, in the order _walk reads values
     scalars = [s for d, dk in zip(order, dep) if dk for s in d.prim.scalars()]
     _building[0] = True
     try:
@@ -260,6 +327,7 @@ def _build(roots, order: list, leaves: list, internal: list, dep: list, key: tup
         _building[0] = False
     plan.calls = 1
     entry = _Entry(plan, scalars, order[need_positions[0]].stream, need_positions)
+    entry.key = key
     _entries[key] = entry
     _account(entry)
     return entry
@@ -315,5 +383,6 @@ def _evict(keep: _Entry | None) -> None:
             _entries.move_to_end(k)
             continue
         del _entries[k]
+        _templates.forget(e)
         _pinned[0] -= e.bytes
         STATS["evicted"] += 1

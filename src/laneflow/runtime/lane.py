@@ -20,6 +20,24 @@ _lane_ids = itertools.count(1)
 _RESOLVE = threading.Lock()
 
 
+class _Caller(threading.local):
+    """Per host thread: the commands this thread will run itself once it leaves the scheduling lock
+    (``collect``, a list while ``lf.eval`` schedules, else None). See :meth:`Lane.run_deferred`."""
+
+    collect: list | None = None
+
+
+#: Where ``lf.eval`` collects the commands a lane left for it to run inline (``runtime/lane.py``).
+CALLER = _Caller()
+
+
+def run_collected(collected: list) -> None:
+    """Run the commands lanes deferred to this thread (``lf.eval``, after scheduling and before
+    waiting): each runs here unless a later submission handed it back to its lane's own queue."""
+    for lane, cmd in collected:
+        lane.run_deferred(cmd)
+
+
 class Point:
     """Command ``seq`` of ``lane``; ``clock`` maps other lanes to the sequence numbers it had waited for."""
 
@@ -96,6 +114,9 @@ class Command:
     """
 
     __slots__ = ("op", "fn", "reads", "writes", "seq", "prim", "ins", "outs")
+    #: May run on the thread that waits for it (a whole plan's one command, ``HostCommand``): see
+    #: :meth:`Lane.run_deferred`.
+    inline = False
 
     def __init__(self, op: str, fn: Callable, reads: Sequence, writes: Sequence, prim: Any = None,
                  ins: list | None = None, outs: list | None = None):
@@ -156,6 +177,15 @@ class Command:
         return f"Command({self.op}#{self.seq})"
 
 
+class HostCommand(Command):
+    """A command that may run on the host thread about to wait for it, when its lane has nothing else
+    to do (the CPU's whole-plan command: handing it to the worker thread and waiting costs a thread
+    switch each way, on the order of the work of a small step)."""
+
+    __slots__ = ()
+    inline = True
+
+
 class Lane:
     """Base class of a backend lane. Backends implement ``_enqueue``, ``_enqueue_wait`` and ``fence``.
 
@@ -212,6 +242,10 @@ class Lane:
 
     def close(self) -> None:
         """Release the lane's resources once everything submitted has run."""
+
+    def run_deferred(self, cmd: Command) -> None:
+        """Run ``cmd``, which ``_enqueue`` left to the submitting thread (``CALLER.collect``), unless it
+        was handed to the lane's queue meanwhile. Lanes that never defer have nothing to do."""
 
     # -- backend part ---------------------------------------------------------------------------
     def _enqueue(self, cmd: Command) -> None:

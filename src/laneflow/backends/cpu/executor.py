@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import ExecutionError, LaneflowError
 from ...runtime.buffer import Buffer
-from ...runtime.lane import describe
+from ...runtime.lane import HostCommand, describe
 
 
 class CPUPlan:
@@ -90,7 +90,9 @@ class CPUPlan:
                     raise ExecutionError(prim.name, e, describe(ins, res, lane)) from e
 
         reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
-        stream.encoder.encode("compiled plan", run_all, reads, [*self.regions, *outs.values()], lane=stream.lanes[0])
+        # a HostCommand: an lf.eval that waits for it may run it itself when the lane is idle
+        stream.encoder.submit(HostCommand("compiled plan", run_all, reads, [*self.regions, *outs.values()]),
+                              stream.lanes[0])
         self.launches += 1
         self._last = {slot: outs[slot] for slot in self.inplace}
         return _Outputs(outs)

@@ -1,0 +1,162 @@
+"""Templates of the plan cache (``graph/eval_cache.py``): a cached graph recognised again without
+searching it or making its key.
+
+A forward evaluated again and again builds, each time, a graph of the same structure from new nodes.
+The cache's key needs a search of that graph and a key made and hashed from it (``eval_cache._walk``);
+a template instead holds the key's per-node entries in the walk's order, and a new graph is checked
+against them position by position (``match``), each node and input compared where the template says
+it is. Templates are filed under their roots' signature (each root's primitive key and shape), one
+per signature, the plan those roots last hit; a failed check falls back to the walk.
+"""
+
+from __future__ import annotations
+
+
+class Template:
+    """A cached graph as a hit finds it again without searching (``match``): per position of the
+    walk's order, the node's key entry, whose references say where its inputs are; which positions
+    the roots hold; the leaves' metadata; the scalar values read or checked. Kept per root signature
+    (``TEMPLATES``): a forward evaluated again and again reaches its plan in one check per node and
+    input, with no dictionary of nodes, no new key and no hash of it."""
+
+    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed")
+
+    def __init__(self, entry, sig: tuple, root_pos: list, sc_pos: list):
+        ents, fixed, meta = entry.key
+        self.entry, self.sig, self.ents, self.fixed, self.leaf_meta = entry, sig, ents, fixed, meta
+        self.root_pos, self.sc_pos, self.n_leaves = root_pos, sc_pos, len(meta)
+
+
+#: root signature (each root's primitive key and shape) -> the template of the plan it last hit
+TEMPLATES: dict = {}
+
+
+def signature(roots) -> tuple | None:
+    sig = []
+    for r in roots:
+        p = r.prim
+        if p is None:
+            return None
+        ck = cache_info(p)
+        if ck is None:
+            return None
+        sig.append((ck[0], r.shape))
+    return tuple(sig)
+
+
+def cache_info(p) -> tuple | None:
+    """``p``'s ``(cache key, scalars)``, or None for a primitive the cache cannot key (or host data)."""
+    try:
+        return p._ck
+    except AttributeError:
+        if p.kind == "constant" or not p.cacheable:
+            return None
+        return p.cache_info()
+
+
+def remember(entry, roots, order: list, dep: list, bound: int) -> None:
+    """File ``entry``'s template under its roots (made from this graph, before it is let go, the first
+    time): the next evaluation with these roots tries it first. Roots must be pending and distinct."""
+    t = entry.template
+    if t is None:
+        if any(r.prim is None for r in roots) or len(set(map(id, roots))) != len(roots):
+            return
+        sig = signature(roots)
+        if sig is None:
+            return
+        at = {id(d): k for k, d in enumerate(order)}
+        sc_pos = [k for k, d in enumerate(order) if dep[k] and d.prim._ck[1]]
+        t = entry.template = Template(entry, sig, [at[id(r)] for r in roots], sc_pos)
+    if len(TEMPLATES) >= bound and t.sig not in TEMPLATES:
+        TEMPLATES.clear()
+    TEMPLATES[t.sig] = t
+
+
+def forget(entry) -> None:
+    """An evicted entry's template goes too (it would keep the plan and its memory alive)."""
+    entry.alive = False
+    t = entry.template
+    if t is not None and TEMPLATES.get(t.sig) is t:
+        del TEMPLATES[t.sig]
+
+
+def template_for(roots) -> "Template | None":
+    if len(roots) == 1:  # (one new node over evaluated inputs: the usual uncached eager eval)
+        for i in roots[0].inputs:
+            if i.prim is not None:
+                break
+        else:
+            return None
+    if not TEMPLATES:
+        return None
+    sig = signature(roots)
+    try:
+        t = TEMPLATES.get(sig) if sig is not None else None
+    except TypeError:  # a parameter that does not hash (a primitive of a user's)
+        return None
+    if t is not None and not t.entry.alive:
+        del TEMPLATES[sig]
+        return None
+    return t
+
+
+def match(t: Template, roots) -> tuple | None:
+    """``(order, leaves, scalars)`` when the graph of ``roots`` has ``t``'s structure (what ``_walk``
+    would key alike), else None. From the last position down: a node is the root or the input that
+    a later node's references put there, and must agree with its entry; an input is the node found
+    there before or, at its first reference, is placed there (a pending node) or numbered as a leaf
+    (an evaluated value). Every node and leaf is distinct, as they are in the walk."""
+    ents = t.ents
+    n = len(ents)
+    nodes: list = [None] * n
+    for r, k in zip(roots, t.root_pos):
+        nodes[k] = r
+    leaves: list = [None] * t.n_leaves
+    for k in range(n - 1, -1, -1):
+        d = nodes[k]
+        if d is None:
+            return None
+        pk, shape, dtype, stream, refs, users, seen = ents[k]
+        p = d.prim
+        if p is None or d.siblings is not None:
+            return None
+        try:
+            ck = p._ck[0]
+        except AttributeError:
+            ck = cache_info(p)
+            if ck is None:
+                return None
+            ck = ck[0]
+        if (d.stream is not stream or d.users != users or (d.arrays > 0) is not seen or d.shape != shape
+                or (ck is not pk and ck != pk) or (d.dtype is not dtype and d.dtype != dtype)):
+            return None
+        ins = d.inputs
+        if len(ins) != len(refs):
+            return None
+        for x, j in zip(ins, refs):
+            if j >= 0:
+                y = nodes[j]
+                if y is None:
+                    nodes[j] = x
+                elif y is not x:
+                    return None
+            else:
+                y = leaves[-1 - j]
+                if y is None:
+                    if x.prim is not None:  # pending: not a leaf now
+                        return None
+                    leaves[-1 - j] = x
+                elif y is not x:
+                    return None
+    if len(set(map(id, nodes))) != n or len(set(map(id, leaves))) != len(leaves):
+        return None
+    for x, m in zip(leaves, t.leaf_meta):
+        if x.shape != m[0] or x.dtype != m[1] or x.device != m[2]:
+            return None
+    for k, vals in t.fixed:
+        if tuple([x.value for x in nodes[k].prim._ck[1]]) != vals:
+            return None
+    scalars: list = []
+    for k in t.sc_pos:
+        scalars.extend([x.value for x in nodes[k].prim._ck[1]])
+    return nodes, leaves, scalars
