@@ -83,7 +83,7 @@ def _full(op: str, shape: Any, fill_value: Any, dtype: Any, device: Any, stream:
     shape = check_shape(shape, op)
     to = _dtype(dtype, op)
     if to is None:
-        to = _dtype(type(fill_value) if isinstance(fill_value, (bool, int, float)) else np.asarray(fill_value).dtype, op)
+        to = _dtype(type(fill_value) if isinstance(fill_value, (bool, int, float, complex)) else np.asarray(fill_value).dtype, op)
     try:
         with np.errstate(all="ignore"):
             value = np.array(fill_value, dtype=to)

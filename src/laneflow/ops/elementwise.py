@@ -12,11 +12,11 @@ from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
 from ..errors import PrecisionWarning
-from .core import broadcast_shapes, cast, describe, node, operand, shared, stream_of, to_stream
+from .core import broadcast_shapes, cast, describe, node, operand, ordered, shared, stream_of, to_stream
 from . import table
 from .primitives import Elementwise, Scalar
 
-_PY_SCALARS = (bool, int, float)
+_PY_SCALARS = (bool, int, float, complex)
 _FLOATS = frozenset(dt.FLOAT_DTYPES)
 #: (op, ufunc, forced result, operand dtypes/scalar types) -> (result dtype, common operand dtype)
 _SIGNATURES: dict = {}
@@ -110,6 +110,12 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     key = (name, ufunc, result, tuple(sig))
     hit = _SIGNATURES.get(key)
     if hit is None:
+        row = table.ELEMENTWISE.get(fn or name)
+        if row is not None and row.ordered:
+            ordered(name, *datas)
+            if any(isinstance(o, Scalar) and isinstance(o.value, complex) for o in operands):
+                raise TypeError(f"{name}: not defined for complex values (complex numbers have no order); "
+                                f"got a Python complex with {describe(*datas)}")
         common = dt.operand_dtype([d.dtype for d in datas]) if result is None else None
         dtype = result if result is not None else _infer(name, ufunc, sig, datas)
         hit = _SIGNATURES[key] = (dtype, common)
@@ -260,26 +266,32 @@ def round(x: Any, /, *, stream: Any = None) -> Array:  # noqa: A001 - the array 
     return apply("round", (x,), stream, fn="rint", infer_with=np.rint)
 
 
-def _real_only(op: str, x: Any) -> Array:
+def _part(op: str, x: Any, stream: Any) -> Array:
+    """``op`` (real, imag, conj) of a complex array, or None for a real one (the caller's answer)."""
     if not isinstance(x, Array):
         raise TypeError(f"{op}: expected an lf.Array, got {type(x).__name__}")
-    if x.dtype.kind not in "iuf" and not dt.is_floating(x.dtype):
-        raise TypeError(f"{op}: laneflow has no complex dtypes yet; got a {x.dtype} array of shape {x.shape}")
-    return x
+    if x.dtype == dt.bool_:
+        raise TypeError(f"{op}: not defined for bool arrays (the array API: numeric dtypes); got {x.shape} bool")
+    if not dt.is_complex(x.dtype):
+        return None
+    return apply(op, (x,), stream, fn=op, infer_with=table.ELEMENTWISE[op].ufunc)
 
 
-def real(x: Any, /) -> Array:
-    """The real part: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
-    return Array._wrap(_real_only("real", x)._data)
+def real(x: Any, /, *, stream: Any = None) -> Array:
+    """The real part (complex64 gives float32); ``x`` itself for real dtypes."""
+    r = _part("real", x, stream)
+    return Array._wrap(x._data) if r is None else r
 
 
-def conj(x: Any, /) -> Array:
-    """The complex conjugate: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
-    return Array._wrap(_real_only("conj", x)._data)
+def conj(x: Any, /, *, stream: Any = None) -> Array:
+    """The complex conjugate; ``x`` itself for real dtypes."""
+    r = _part("conj", x, stream)
+    return Array._wrap(x._data) if r is None else r
 
 
-def imag(x: Any, /) -> Array:
-    """The imaginary part: zeros of ``x``'s shape and dtype for real dtypes."""
+def imag(x: Any, /, *, stream: Any = None) -> Array:
+    """The imaginary part (complex64 gives float32); zeros of ``x``'s shape and dtype for real dtypes."""
     from .creation import zeros_like
 
-    return zeros_like(_real_only("imag", x))
+    r = _part("imag", x, stream)
+    return zeros_like(x) if r is None else r

@@ -16,6 +16,7 @@ from ..graph.node import Primitive
 from . import linalg as _fact
 from .core import as_int, describe, normalize_axes, normalize_axis, operand, outputs, stream_of
 from .elementwise import GENERATED as _ew
+from .elementwise import conj as _ew_conj
 from .elementwise import power, where
 from .index import getitem
 from .manipulation import matrix_transpose
@@ -132,7 +133,8 @@ def outer(x1: Any, x2: Any, /, *, stream: Any = None) -> Array:
 
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, stream: Any = None) -> Array:
-    """Dot product of vectors along ``axis`` (broadcast over the other axes)."""
+    """Dot product of vectors along ``axis`` (broadcast over the other axes); a complex ``x1`` is
+    conjugated first, as the array API says (``sum(conj(x1) * x2)``)."""
     st = stream_of(stream, "vecdot")
     a, b = Array._wrap(operand(x1, st, "vecdot")), Array._wrap(operand(x2, st, "vecdot"))
     nd = max(a.ndim, b.ndim)
@@ -141,7 +143,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, stream: Any = None) -> Array:
     ax = normalize_axis(axis, nd, "vecdot") - nd
     if -ax > min(a.ndim, b.ndim) or a.shape[ax] != b.shape[ax]:
         raise ValueError(f"vecdot: axis {axis} differs in size: {describe(a._data, b._data)}")
-    return _sum(_ew["multiply"](a, b, stream=st), ax, dtype=dt.result_type(a, b), stream=st)
+    return _sum(_ew["multiply"](_ew_conj(a, stream=st), b, stream=st), ax, dtype=dt.result_type(a, b), stream=st)
 
 
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2, stream: Any = None) -> Array:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import cast, describe, node, normalize_axes, normalize_axis, operand, shared, stream_of
+from .core import cast, describe, node, normalize_axes, normalize_axis, operand, ordered, shared, stream_of
 from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
 from .table import REDUCTIONS
 
@@ -40,6 +40,8 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
     st = stream_of(stream, name)
     d = operand(x, st, name)
     axes = normalize_axes(axis, len(d.shape), name)
+    if REDUCTIONS[name].combine in ("maximum", "minimum"):
+        ordered(name, d)
     if not REDUCTIONS[name].empty_ok and builtins.any(d.shape[a] == 0 for a in axes):  # (this module shadows any)
         raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
@@ -142,6 +144,7 @@ def all(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None)
 def _arg(name: str, x: Any, axis: Any, keepdims: bool, stream: Any) -> Array:
     st = stream_of(stream, name)
     d = operand(x, st, name)
+    ordered(name, d)
     if axis is None:
         if d.size == 0:
             raise ValueError(f"{name}: attempt to get {name} of an empty array {describe(d)}")

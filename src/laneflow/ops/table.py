@@ -40,6 +40,8 @@ class Elementwise:
     host-side check.
     ``public``: ``lf.<name>`` is generated from this row (False: a hand-written constructor in
     ``ops/elementwise.py`` builds it, e.g. ``where`` and ``power``, or it is internal: ``identity``).
+    ``ordered``: defined for real values only (the array API orders no complex numbers, and gives
+    these functions no complex meaning); complex operands raise TypeError naming the op.
     """
 
     name: str
@@ -51,6 +53,7 @@ class Elementwise:
     validated: tuple[int, ...] = ()
     fuses: bool = True
     public: bool = True
+    ordered: bool = False
     doc: str = ""
 
     @property
@@ -115,25 +118,26 @@ def _b(name: str, npname: str | None = None, **kw) -> Elementwise:
 
 #: Every elementwise op, by name (the name is also the primitive's ``fn``).
 ELEMENTWISE: dict[str, Elementwise] = _rows(
-    _b("add"), _b("subtract"), _b("multiply"), _b("divide"), _b("floor_divide"), _b("remainder"),
+    _b("add"), _b("subtract"), _b("multiply"), _b("divide"), _b("floor_divide", ordered=True), _b("remainder", ordered=True),
     # integers to negative integer powers are refused, as in numpy: checked on the host when it can
     _b("power", validated=(1,), fuses=False, public=False),
-    _b("maximum"), _b("minimum"),
-    _b("logaddexp", doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
-    _b("hypot", doc="``sqrt(a**2 + b**2)`` without intermediate overflow (numpy's ``np.hypot``)."),
-    _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True),
-    _b("less_equal", predicate=True), _b("greater", predicate=True), _b("greater_equal", predicate=True),
+    _b("maximum", ordered=True), _b("minimum", ordered=True),
+    _b("logaddexp", ordered=True, doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
+    _b("hypot", ordered=True, doc="``sqrt(a**2 + b**2)`` without intermediate overflow (numpy's ``np.hypot``)."),
+    _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True, ordered=True),
+    _b("less_equal", predicate=True, ordered=True), _b("greater", predicate=True, ordered=True),
+    _b("greater_equal", predicate=True, ordered=True),
     _b("logical_and", predicate=True), _b("logical_or", predicate=True),
     _u("negative"), _u("abs", "absolute"), _u("sign"), _u("exp"), _u("log"), _u("log1p"), _u("sqrt"),
     _u("square"), _u("sin"), _u("cos"), _u("tanh"),
     _u("logical_not", predicate=True), _u("isnan", predicate=True), _u("isfinite", predicate=True),
     # the array API standard's elementwise functions (numpy's ufuncs, under the standard's names)
     _u("acos", "arccos"), _u("acosh", "arccosh"), _u("asin", "arcsin"), _u("asinh", "arcsinh"),
-    _u("atan", "arctan"), _u("atanh", "arctanh"), _b("atan2", "arctan2"), _u("cosh"), _u("sinh"), _u("tan"),
-    _u("expm1"), _u("log2"), _u("log10"), _u("ceil"), _u("floor"), _u("trunc"),
+    _u("atan", "arctan"), _u("atanh", "arctanh"), _b("atan2", "arctan2", ordered=True), _u("cosh"), _u("sinh"), _u("tan"),
+    _u("expm1"), _u("log2"), _u("log10"), _u("ceil", ordered=True), _u("floor", ordered=True), _u("trunc", ordered=True),
     _u("rint", public=False, doc="Round to the nearest integer, halves to even (``lf.round`` of floats)."),
-    _u("positive"), _u("reciprocal"), _b("copysign"),
-    _u("isinf", predicate=True), _u("signbit", predicate=True), _b("logical_xor", predicate=True),
+    _u("positive"), _u("reciprocal"), _b("copysign", ordered=True),
+    _u("isinf", predicate=True), _u("signbit", predicate=True, ordered=True), _b("logical_xor", predicate=True),
     _b("bitwise_and"), _b("bitwise_or"), _b("bitwise_xor"), _u("bitwise_invert", "invert"),
     _b("bitwise_left_shift", "left_shift"), _b("bitwise_right_shift", "right_shift"),
     Elementwise("rsqrt", 1, like="exp", reference=lambda dtype, x: 1.0 / np.sqrt(compute_in(x, dtype)),
@@ -148,6 +152,13 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
                 doc="``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``: GELU's tanh approximation."),
     Elementwise("silu", 1, like="exp", reference=lambda dtype, x: _silu(compute_in(x, dtype)), public=False,
                 doc="``x / (1 + exp(-x))`` (SiLU, swish)."),
+    # complex parts (built by ops/elementwise.real/imag/conj; real inputs are returned as they are).
+    # real and imag have numpy's absolute's dtype rule: complex64 gives float32
+    Elementwise("real", 1, like="absolute", reference=lambda dtype, x: np.real(x), public=False,
+                doc="The real part of a complex number."),
+    Elementwise("imag", 1, like="absolute", reference=lambda dtype, x: np.imag(x), public=False,
+                doc="The imaginary part of a complex number."),
+    _u("conj", "conjugate", public=False, doc="The complex conjugate."),
     # ``where(c, x, y)``: the dtype of x and y promoted (built by ops/elementwise.where)
     Elementwise("where", 3, like="add", reference=_where, public=False),
     # a dtype conversion as a step of a fused kernel (what astype computes): the cast is the work
