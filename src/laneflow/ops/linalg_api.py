@@ -46,7 +46,8 @@ def _slogdet(op: str, x: Any, stream: Any) -> tuple:
     d = _fact._matrix(op, x, st, square=True)
     to = _fact._float_dtype(op, d)
     batch = d.shape[:-2]
-    return outputs(Slogdet(), (_fact._cast(d, to, st),), [(batch, to), (batch, to), (batch, to), (d.shape, to)], st)
+    real = dt.real_dtype(to)  # log |det| is real; the sign of a complex determinant is det / |det|
+    return outputs(Slogdet(), (_fact._cast(d, to, st),), [(batch, to), (batch, real), (batch, to), (d.shape, to)], st)
 
 
 def slogdet(x: Any, /, *, stream: Any = None) -> SlogdetResult:
@@ -224,12 +225,13 @@ def pinv(x: Any, /, *, rtol: Any = None, stream: Any = None) -> Array:
     u, s, vh = _fact.svd(a, full_matrices=False, stream=st)
     tol = _tol(s, a, rtol, st)
     inv_s = where(_ew["greater"](s, tol, stream=st), _ew["divide"](1.0, s, stream=st), 0.0, stream=st)
-    return matmul(matrix_transpose(vh) * expand_dims(inv_s, -2, stream=st), matrix_transpose(u), stream=st)
+    return matmul(_ew_conj(matrix_transpose(vh)) * expand_dims(inv_s, -2, stream=st),
+                  _ew_conj(matrix_transpose(u)), stream=st)
 
 
 def _tol(s: Array, a: Array, rtol: Any, st) -> Any:
     if rtol is None:
-        rtol = max(a.shape[-2:]) * dt.finfo_eps(a.dtype)
+        rtol = max(a.shape[-2:]) * dt.finfo_eps(dt.real_dtype(a.dtype))
     largest = _max(s, -1, True, stream=st) if s.shape[-1] else 0.0
     return _ew["multiply"](largest, rtol if not isinstance(rtol, Array) else expand_dims(rtol, -1, stream=st),
                            stream=st)
@@ -251,16 +253,16 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     any real p, ``inf`` (largest absolute value), ``-inf`` (smallest) and 0 (count of nonzeros)."""
     st = stream_of(stream, "vector_norm")
     a = Array._wrap(operand(x, st, "vector_norm"))
-    if not dt.is_floating(a.dtype):
+    if not dt.is_floating(a.dtype) and not dt.is_complex(a.dtype):
         a = astype(a, dt.float64, stream=st)
     axes = normalize_axes(axis, a.ndim, "vector_norm")
-    m = _ew["abs"](a, stream=st)
+    m = _ew["abs"](a, stream=st)  # real, also for complex a
     if ord == math.inf:
         return _max(m, axes, keepdims, stream=st) if a.size else _sum(m, axes, keepdims, stream=st)
     if ord == -math.inf:
         return _min(m, axes, keepdims, stream=st)
     if ord == 0:
-        return astype(_sum(_ew["not_equal"](m, 0, stream=st), axes, keepdims, stream=st), a.dtype, stream=st)
+        return astype(_sum(_ew["not_equal"](m, 0, stream=st), axes, keepdims, stream=st), m.dtype, stream=st)
     if ord == 1:
         return _sum(m, axes, keepdims, stream=st)
     if ord == 2:

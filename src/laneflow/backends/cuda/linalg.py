@@ -473,6 +473,12 @@ def linalg(lane, prim, ins, outs) -> None:
     if all(o.size == 0 for o in outs):
         return
     name = prim.name
+    if ins[0].dtype.kind == "c":
+        # the routines below are typed by cuSOLVER's s/d variants (syevd, orgqr and the row-major
+        # transposes are real-only); the c/z ones (heevd, ungqr, conjugate transposes) are not wired
+        raise LaneflowError(f"{name}: complex matrices ({tuple(ins[0].shape)} {ins[0].dtype}) are not supported "
+                            "by the CUDA backend's cuSOLVER routines yet; run it on the CPU: "
+                            f"lf.linalg.{name}(x.to_device(lf.cpu))")
     if name in NOT_CAPTURABLE and lane.ctx.memory.capture is not None:
         # refused before cuSOLVER sees the capture: a failed syevd capture left the stream unusable
         raise LaneflowError(f"{name}: cuSOLVER's {NOT_CAPTURABLE[name]} cannot be captured into a CUDA graph "

@@ -18,7 +18,7 @@ from ....errors import ExecutionError, LaneflowError
 from ..checks import deferred
 from ....ops.table import ELEMENTWISE
 from . import cdefs as C
-from .expressions import COMPARISONS, EXPRESSIONS
+from .expressions import COMPARISONS, COMPLEX_UNSUPPORTED, EXPRESSIONS
 from .launch import grid_1d
 from .plan import MAXD, contiguous_strides, operand_layout
 
@@ -59,7 +59,11 @@ def expr(fn: str, a: list[str], loop: list, out_loop: np.dtype) -> str:
     e = EXPRESSIONS.get(fn)
     if e is None:
         raise LaneflowError(f"elementwise: the CUDA backend has no kernel for {fn!r}")
-    return e(a, C.kind(t), C.compute(t))
+    k = C.kind(t)
+    if k == "c" and (fn in COMPLEX_UNSUPPORTED or ELEMENTWISE[fn].ordered):
+        raise LaneflowError(f"{fn}: the CUDA backend has no kernel for {t} operands; compute it on the CPU "
+                            f"(x.to_device(lf.cpu)) or on real and imaginary parts (lf.real, lf.imag)")
+    return e(a, k, C.compute(t))
 
 
 def _result_dtype(fn: str, loop: list, out_loop: np.dtype) -> np.dtype:
@@ -257,6 +261,8 @@ def _converter(lt: np.dtype):
             f = float if lt == dt.float64 else _to_f32
         elif k == "b":
             f = bool
+        elif k == "c":  # packed as the kernel's lf_c64 / lf_c128 parameter (launch.py codes F, Z)
+            f = lambda v, t=lt.type: t(v).tobytes()  # noqa: E731
         else:
             f = lambda v, t=lt.type: int(t(v))  # noqa: E731 - the value was checked to fit
         _CONVERTERS[lt] = f
@@ -394,13 +400,13 @@ def int_class(v: int) -> tuple:
 
 def _py_type(v):
     t = v.__class__
-    if t is float or t is int or t is bool:
+    if t is float or t is int or t is bool or t is complex:
         return t
     if isinstance(v, bool):
         return bool
     if isinstance(v, int):
         return int
-    return float
+    return complex if isinstance(v, complex) else float
 
 
 def _widen_for_big_scalars(operands, loop):
