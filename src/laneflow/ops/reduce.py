@@ -42,6 +42,9 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
     axes = normalize_axes(axis, len(d.shape), name)
     if REDUCTIONS[name].combine in ("maximum", "minimum"):
         ordered(name, d)
+    if REDUCTIONS[name].moments and dt.is_complex(d.dtype):
+        raise TypeError(f"{name}: not defined for complex dtypes (the array API: real floating); got {describe(d)}; "
+                        f"take {name} of lf.real(x) and lf.imag(x), or of lf.abs(x)")
     if not REDUCTIONS[name].empty_ok and builtins.any(d.shape[a] == 0 for a in axes):  # (this module shadows any)
         raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
