@@ -81,6 +81,8 @@ def _default_dtype(host: np.ndarray, op: str) -> np.dtype:
         return d
     if d.kind == "f":
         return dt.float64
+    if d.kind == "c":
+        return dt.complex128
     wider = dt.wider(d)
     if wider is not None:
         if d.kind == "u" and host.size and int(host.max()) > np.iinfo(wider).max:

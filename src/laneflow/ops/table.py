@@ -40,6 +40,8 @@ class Elementwise:
     host-side check.
     ``public``: ``lf.<name>`` is generated from this row (False: a hand-written constructor in
     ``ops/elementwise.py`` builds it, e.g. ``where`` and ``power``, or it is internal: ``identity``).
+    ``complex_reference``: the CPU computation ``complex_reference(z)`` for complex inputs where numpy's
+    ufunc misses the array API's special cases (expm1 of infinities).
     ``ordered``: defined for real values only (the array API orders no complex numbers, and gives
     these functions no complex meaning); complex operands raise TypeError naming the op.
     """
@@ -54,6 +56,7 @@ class Elementwise:
     fuses: bool = True
     public: bool = True
     ordered: bool = False
+    complex_reference: Callable | None = None
     doc: str = ""
 
     @property
@@ -98,6 +101,16 @@ def _silu(x):
     return x / (x.dtype.type(1.0) + np.exp(-x))
 
 
+def _expm1_complex(z):
+    """``exp(z) - 1`` without cancellation for small z; the standard's special cases (those of exp, less
+    one) where a part is infinite or NaN, which numpy's complex expm1 does not give."""
+    z = np.asarray(z)
+    x, y = z.real, z.imag
+    s = np.sin(y / 2)
+    near = (np.expm1(x) * np.cos(y) - 2 * s * s) + 1j * (np.exp(x) * np.sin(y))
+    return np.where(np.isfinite(z), near, np.exp(z) - 1).astype(z.dtype, copy=False)
+
+
 def _where(dtype, c, a, b):
     # Both branches in the result dtype first: numpy has no common dtype for some pairs laneflow
     # promotes (bfloat16 with float16 gives float32).
@@ -134,7 +147,7 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     # the array API standard's elementwise functions (numpy's ufuncs, under the standard's names)
     _u("acos", "arccos"), _u("acosh", "arccosh"), _u("asin", "arcsin"), _u("asinh", "arcsinh"),
     _u("atan", "arctan"), _u("atanh", "arctanh"), _b("atan2", "arctan2", ordered=True), _u("cosh"), _u("sinh"), _u("tan"),
-    _u("expm1"), _u("log2"), _u("log10"), _u("ceil", ordered=True), _u("floor", ordered=True), _u("trunc", ordered=True),
+    _u("expm1", complex_reference=_expm1_complex), _u("log2"), _u("log10"), _u("ceil", ordered=True), _u("floor", ordered=True), _u("trunc", ordered=True),
     _u("rint", public=False, doc="Round to the nearest integer, halves to even (``lf.round`` of floats)."),
     _u("positive"), _u("reciprocal"), _b("copysign", ordered=True),
     _u("isinf", predicate=True), _u("signbit", predicate=True, ordered=True), _b("logical_xor", predicate=True),
