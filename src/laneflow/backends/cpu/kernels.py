@@ -156,7 +156,8 @@ def scan(lane, prim, ins, outs):
     out, ax = outs[0], prim.axis
     r = (np.cumsum if prim.op == "sum" else np.cumprod)(ins[0], axis=ax, dtype=_accumulator(out.dtype))
     if prim.include_initial:
-        np.copyto(out[(slice(None),) * ax + (0,)], 0 if prim.op == "sum" else 1, casting="unsafe")
+        # (a slice, not an index: an index into a 1-d output is a numpy scalar copyto cannot write)
+        np.copyto(out[(slice(None),) * ax + (slice(0, 1),)], 0 if prim.op == "sum" else 1, casting="unsafe")
         out = out[(slice(None),) * ax + (slice(1, None),)]
     np.copyto(out, r, casting="unsafe")
 
