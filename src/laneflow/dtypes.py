@@ -3,6 +3,8 @@
 Promotion follows numpy 2 (NEP 50: Python scalars are "weak" and take the array's dtype where the
 kind allows). numpy has no rule for bfloat16, so laneflow defines one and writes it down here:
 bfloat16 promotes exactly as float16 does, and bfloat16 with float16 gives float32 (the JAX rule).
+complex64 and complex128 promote as numpy and the array API agree (float64 with complex64 gives
+complex128; a Python complex is weak).
 
 laneflow has no int16, uint16 or uint64. Where numpy's rules would give one of them, laneflow uses the
 nearest wider dtype it has, and computes in it:
@@ -40,7 +42,6 @@ INT_DTYPES = (int8, uint8, int32, uint32, int64)
 COMPLEX_DTYPES = (complex64, complex128)
 #: each complex dtype's component (real) dtype, and back: abs, real, imag and finfo read it here
 REAL_OF = {complex64: float32, complex128: float64}
-COMPLEX_OF = {float32: complex64, float64: complex128}
 
 _BY_NAME = {str(d): d for d in DTYPES}
 _BY_NAME.update({"bool": bool_, "bfloat16": bfloat16, "float": float64, "int": int64, "complex": complex128})
