@@ -146,7 +146,9 @@ def test_complex_linalg_matches_numpy_on_the_cpu_and_is_refused_by_name_on_the_g
     lambda a: lf.max(a), lambda a: lf.min(a, axis=0), lambda a: lf.argmax(a), lambda a: lf.argmin(a),
     lambda a: lf.sort(a), lambda a: lf.argsort(a), lambda a: lf.maximum(a, a), lambda a: lf.less(a, a),
     lambda a: a > 0, lambda a: lf.floor(a), lambda a: lf.clip(a, 0, 1), lambda a: lf.var(a),
-], ids=["max", "min", "argmax", "argmin", "sort", "argsort", "maximum", "less", "greater", "floor", "clip", "var"])
+    lambda a: lf.softmax(a), lambda a: lf.logsumexp(a), lambda a: lf.searchsorted(a, a),
+], ids=["max", "min", "argmax", "argmin", "sort", "argsort", "maximum", "less", "greater", "floor", "clip", "var",
+        "softmax", "logsumexp", "searchsorted"])
 def test_ops_the_standard_leaves_undefined_for_complex_raise_type_error(device, make):
     a = lf.array(np.array([1 + 2j, 3 - 1j], np.complex64), device=device)
     with pytest.raises(TypeError, match=r"complex"):

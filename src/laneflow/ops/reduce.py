@@ -179,6 +179,7 @@ def softmax(x: Any, axis: Any = -1, *, stream: Any = None) -> Array:
     """``exp(x) / sum(exp(x))`` along ``axis`` (default: last), computed stably (max subtracted)."""
     st = stream_of(stream, "softmax")
     d = operand(x, st, "softmax")
+    ordered("softmax", d)  # (it subtracts the maximum)
     axes = normalize_axes(axis, len(d.shape), "softmax")
     return node(shared(Softmax, axes), (d,), d.shape, _float_result("softmax", d), st)
 
@@ -187,6 +188,7 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any =
     """``log(sum(exp(x)))`` along ``axis`` (None: all), computed stably."""
     st = stream_of(stream, "logsumexp")
     d = operand(x, st, "logsumexp")
+    ordered("logsumexp", d)
     axes = normalize_axes(axis, len(d.shape), "logsumexp")
     return node(shared(LogSumExp, axes, bool(keepdims)), (d,), _out_shape(d.shape, axes, keepdims),
                 _float_result("logsumexp", d), st)
