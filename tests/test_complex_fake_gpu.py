@@ -1,5 +1,6 @@
 """Complex dtypes on the CUDA backend's host side, under the fake driver (``tests/doubles/fake_cuda.py``)
-with real NVRTC: every kernel a complex workload launches compiles for sm_90, cuBLASLt is planned with
+with real NVRTC: every kernel a complex workload launches compiles for sm_90 (fused elementwise groups and
+row programs included), cuBLASLt is planned with
 the C/Z data, scale and compute types, and cuSOLVER routines refuse complex matrices by name. Values
 are garbage (nothing runs); the GPU suite checks them. In a subprocess: the fake driver must never
 meet a real one."""
@@ -26,7 +27,11 @@ with lf.stream(lf.gpu):
         f = lf.array(np.ones((4, 8), fd))
         outs = [lf.exp(z * (0.5 - 1j)) + f, lf.abs(z), lf.real(z), lf.conj(z), lf.sum(z, axis=1), lf.mean(z),
                 lf.prod(z, axis=0), lf.astype(f, cd), lf.full((3,), 2 - 1j, dtype=cd), lf.cumulative_sum(z, axis=1),
-                lf.linalg.det(z[:, :4]), z == z, lf.sqrt(z) / z]
+                lf.linalg.det(z[:, :4]), z == z, lf.sqrt(z) / z,
+                (z * z).sum(axis=-1, keepdims=True) * z, lf.sum(z * z, axis=0)]   # row programs, fused groups
+        xc = z - z.mean(axis=-1, keepdims=True)
+        outs.append(xc * z)
+        del xc
         fake_cuda.LT_CALLS.clear()
         outs.append(z @ lf.array(np.ones((8, 5), cd)))
         lf.eval(*outs)
