@@ -45,12 +45,17 @@ with lf.stream(lf.gpu):
         alpha = np.frombuffer((np.ctypeslib.as_array((__import__("ctypes").c_char * np.dtype(cd).itemsize)
                                                      .from_address(runs[0][2]))).tobytes(), cd)
         assert len(runs) == 1 and alpha[0] == 1, (runs, alpha)         # alpha is a complex one
-        try:
-            lf.eval(lf.linalg.cholesky(z[:, :4]))
-        except lf.LaneflowError as e:  # (ExecutionError is one)
-            assert "cholesky: complex matrices" in str(e) and str(cd) in str(e), e
-        else:
-            raise AssertionError("cholesky of a complex matrix ran on the GPU")
+        p = "c" if cd == lf.complex64 else "z"
+        h = lf.array((np.eye(4) * 4 + 1j * np.triu(np.ones((4, 4)), 1) - 1j * np.tril(np.ones((4, 4)), -1)).astype(cd))
+        fake_cuda.LIBRARY_CALLS.clear()
+        lf.eval(lf.linalg.cholesky(h), lf.linalg.inv(h), lf.linalg.solve(h, z[:, :3]), *lf.linalg.qr(z[:, :3]),
+                *lf.linalg.eigh(h), *lf.linalg.svd(z[:3]), *lf.linalg.svd(z[:, :3], full_matrices=False),
+                lf.linalg.svdvals(h))
+        names = {n for n, _ in fake_cuda.LIBRARY_CALLS}
+        want = {p + r for r in ("potrf", "getrf", "getrs", "geqrf", "ungqr", "heevd", "gesvd")}
+        assert want <= names and not any(n[:1] in "sd" and n[1:] in ("potrf", "geqrf", "gesvd") for n in names), names
+        w = lf.linalg.eigvalsh(h)
+        assert w.dtype == (lf.float32 if cd == lf.complex64 else lf.float64)
         try:
             lf.eval(lf.erf(z))
         except lf.LaneflowError as e:
@@ -61,6 +66,6 @@ print("complex ok")
 '''
 
 
-def test_complex_workload_compiles_and_plans_cublaslt_c_and_z_products(tmp_path):
+def test_complex_workload_compiles_and_plans_cublaslt_and_cusolver_c_and_z_calls(tmp_path):
     p = run_under_fake_driver(_SCRIPT, tmp_path, timeout=600)
     assert p.returncode == 0 and "complex ok" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]

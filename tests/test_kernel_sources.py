@@ -379,7 +379,7 @@ def test_slogdet_kernel_compiles(dtype):
     _compile(*lu._build(np.dtype(dtype))[:2])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 def test_solver_check_kernels_compile(dtype):
     """The solver's status scan (one block, the first failing matrix wins) and the inf/NaN scan of svd and
     eigh, with the small triangle and identity kernels."""
