@@ -396,7 +396,7 @@ def _complex_rows():
 
     for row in ELEMENTWISE.values():
         if row.ordered or row.name in COMPLEX_UNSUPPORTED or row.name.startswith("bitwise") or row.name in (
-                "logical_not", "where", "identity", "gelu", "silu", "gelu_tanh"):
+                "logical_not", "where", "identity"):
             continue
         yield row.name, row.arity == 1
 
