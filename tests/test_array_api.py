@@ -16,7 +16,7 @@ def _put(device, a):
 def test_the_namespace_is_laneflow_and_names_its_version():
     x = lf.asarray([1.0])
     assert x.__array_namespace__() is lf
-    assert lf.__array_api_version__ == "2023.12"
+    assert lf.__array_api_version__ == "2024.12"
     with pytest.raises(ValueError, match="2099.12"):
         x.__array_namespace__(api_version="2099.12")
     assert lf.bool is lf.bool_ and lf.pow is lf.power

@@ -217,9 +217,7 @@ rnd = random.Random({seed})
 done = 0
 for _ in range({programs}):
     prog = TF.random_program(rnd)
-    streams = [lf.new_stream(lf.gpu if k % 2 == 0 else lf.cpu, lanes=n)
-               for k, n in enumerate(prog["streams"] + [2])]
-    pool = TF.Pool(TF.make_inputs(prog), streams)
+    pool, streams = TF.mixed_pool(prog)
     with np.errstate(all="ignore"):
         TF.run_steps(pool, prog["steps"], prog["dtype"])
         lf.eval(*pool.lf)
@@ -328,9 +326,7 @@ rnd = random.Random({seed})
 done = 0
 for _ in range({programs}):
     prog = TF.random_program(rnd)
-    streams = [lf.new_stream(lf.gpu if k % 2 == 0 else lf.cpu, lanes=n)
-               for k, n in enumerate(prog["streams"] + [2])]
-    pool = TF.Pool(TF.make_inputs(prog), streams)
+    pool, streams = TF.mixed_pool(prog)
     try:
         with np.errstate(all="ignore"), lf.testing.inject_delays(0.0005, seed=prog["seed"]):
             TF.run_steps(pool, prog["steps"], prog["dtype"])

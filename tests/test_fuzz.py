@@ -388,3 +388,11 @@ def test_the_fuzzers_repeated_runs_do_hit_the_plan_cache_and_its_executor(device
     hits = eval_cache.STATS["hits"] - before["hits"]
     runs = eval_cache.STATS["executor_runs"] - before["executor_runs"]
     assert hits >= 20 and runs >= 10, (hits, runs, eval_cache.STATS)
+
+
+def mixed_pool(prog) -> tuple:
+    """A program's inputs on streams that alternate GPU and CPU (one more stream than the program asks
+    for): the race model's tests (test_fake_gpu_races.py) run programs so. Returns (pool, streams)."""
+    streams = [lf.new_stream(lf.gpu if k % 2 == 0 else lf.cpu, lanes=n)
+               for k, n in enumerate(prog["streams"] + [2])]
+    return Pool(make_inputs(prog), streams), streams

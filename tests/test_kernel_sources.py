@@ -52,6 +52,8 @@ def _elementwise_cases():
     yield "sign", np.dtype(lf.bfloat16), True
     yield "multiply", np.dtype(np.float16), False
     yield "logical_and", np.dtype(np.bool_), False
+    for d in (np.float16, lf.bfloat16, np.float64):  # half types step their 16-bit word (lf_nextafter16)
+        yield "nextafter", np.dtype(d), False
 
 
 @pytest.mark.parametrize("fn,dtype,unary", list(_elementwise_cases()), ids=lambda v: str(v))

@@ -136,7 +136,7 @@ def names(fn, *args):
     return [c[0] for c in calls if not c[0].startswith(("set_", "create", "destroy"))], r
 
 with lf.stream(s):
-    for B, n, batched in ((6, 8, True), (6, 80, False)):
+    for B, n, batched in ((6, 8, True), (6, 136, False)):  # BATCHED_MAX_N is 128
         A = lf.array(rng.standard_normal((B, n, n)).astype(np.float32))
         Bm = lf.array(rng.standard_normal((B, n, 2)).astype(np.float32))
         lf.eval(A, Bm)

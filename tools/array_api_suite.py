@@ -1,12 +1,13 @@
 """Run the array API conformance suite (data-apis/array-api-tests) against laneflow.
 
-    python tools/array_api_suite.py [--suite DIR] [--device cpu|gpu] [--max-examples 50] [--seed 0]
-                                    [-- pytest args, e.g. array_api_tests/test_linalg.py]
+    python tools/array_api_suite.py [--suite DIR] [--device cpu|gpu] [--version 2024.12] [--max-examples 50]
+                                    [--seed 0] [-- pytest args, e.g. array_api_tests/test_linalg.py]
 
 The suite is copied to a temporary folder (``--suite DIR``, ``$ARRAY_API_TESTS_DIR``, the team's
 ``../shared/array-api-tests`` beside the checkout, or a git-ignored ``.array-api-tests`` inside it; without
 any it is cloned from GitHub at ``$ARRAY_API_TESTS_REF``, default ``master``), and run there with
-``ARRAY_API_TESTS_MODULE=laneflow``, a fixed Hypothesis seed and ``--max-examples``; the ``fft``
+``ARRAY_API_TESTS_MODULE=laneflow``, ``ARRAY_API_TESTS_VERSION`` (``--version``, default the version laneflow
+declares, ``lf.__array_api_version__``), a fixed Hypothesis seed and ``--max-examples``; the ``fft``
 extension, which laneflow does not have, is disabled (the ``linalg`` one runs). ``--device gpu`` (or
 ``$LANEFLOW_DEVICE``) makes that device the default for every array the suite creates, through a small
 pytest plugin written next to the copy.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,12 +85,25 @@ def _beside() -> str | None:
     return None
 
 
+def declared_version() -> str:
+    """The standard version laneflow declares (``__array_api_version__``), read from its source so the
+    runner does not import laneflow (and its backends) itself."""
+    text = (ROOT / "src" / "laneflow" / "_array_api.py").read_text()
+    m = re.search(r"^API_VERSIONS[^=]*= \(([^)]*)\)", text, re.M)  # __array_api_version__ is its last entry
+    versions = re.findall(r'"([0-9]{4}\.[0-9]{2})"', m.group(1)) if m else []
+    if not versions:
+        sys.exit("array_api_suite: no API_VERSIONS in src/laneflow/_array_api.py")
+    return versions[-1]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--suite", default=os.environ.get("ARRAY_API_TESTS_DIR") or _beside(),
                    help="a checkout of array-api-tests (copied, never changed); default: $ARRAY_API_TESTS_DIR, "
                         "else ../shared/array-api-tests beside the repository or .array-api-tests in it, else a clone")
     p.add_argument("--device", default=os.environ.get("LANEFLOW_DEVICE", "cpu"), choices=("cpu", "gpu"))
+    p.add_argument("--version", default=None,
+                   help="the standard version to test (ARRAY_API_TESTS_VERSION); default: lf.__array_api_version__")
     p.add_argument("--max-examples", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
@@ -99,13 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         (suite / "laneflow_device_plugin.py").write_text(PLUGIN)
         xfails = Path(tmp) / "xfails.txt"
         xfails.write_text("".join(f"{t}\n" for t in read_xfails(XFAILS)))
-        env = dict(os.environ, ARRAY_API_TESTS_MODULE="laneflow", LANEFLOW_DEVICE=args.device,
+        env = dict(os.environ, ARRAY_API_TESTS_MODULE="laneflow",
+                   ARRAY_API_TESTS_VERSION=args.version or declared_version(), LANEFLOW_DEVICE=args.device,
                    PYTHONPATH=os.pathsep.join([str(suite), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "laneflow_device_plugin",
                "--hypothesis-seed", str(args.seed), "--max-examples", str(args.max_examples),
                *(["--hypothesis-disable-deadline"] if args.device == "gpu" else []),  # first calls compile kernels
                "--xfails-file", str(xfails), "--disable-extension", "fft", "-o", "addopts=", "-rf", *(args.pytest_args or ["array_api_tests"])]
-        print("+", " ".join(cmd), flush=True)
+        print(f"+ ARRAY_API_TESTS_VERSION={env['ARRAY_API_TESTS_VERSION']}", " ".join(cmd), flush=True)
         return subprocess.run(cmd, cwd=suite, env=env).returncode
 
 

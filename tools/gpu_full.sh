@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The whole check on a GPU machine, in one go (fits one 10-minute device call; on 2026-11-30 the test
-# suite in one process took about 340 s and the 2,000-program fuzz 25 s on the H200, about 4x that since each program runs four times (plan cache), so the suite
-# runs as three processes, and `bench all` may be cut at its 150 s: set BENCH_SUITE to one or more
-# suites, e.g. BENCH_SUITE="dispatch kernels", each with BENCH_TIMEOUT seconds, PEERS to choose peers):
-#   the full test suite (cpu and gpu cases), the differential fuzzer with 2,000 programs on the GPU,
-#   `python -m laneflow bench` against the importable peers, and the demo (DEMO=0 skips it).
+# The whole check on a GPU machine, in one go (fits one 10-minute device call):
+#   the full test suite (cpu and gpu cases) in PARTS processes side by side (default 3; on 2026-12-04
+#   three parts took up to 256 s on the H200, PART_TIMEOUT seconds each, default 330), the array API
+#   suite on the GPU alongside (ARRAY_API=1; tools/array_api_suite.py, ~70 s), the differential fuzzer
+#   with 2,000 programs on the GPU (~40 s; FUZZ=0 skips it), `python -m laneflow bench` for each suite in
+#   BENCH_SUITE (default all, which may be cut at BENCH_TIMEOUT, 150 s; BENCH_SUITE=" " runs none; PEERS
+#   chooses peers), and the demo (DEMO=0 skips it).
 # Logs and results go to $OUT (default ./gpu-full-out); a short summary is printed last.
 set -u
 OUT=${OUT:-$PWD/gpu-full-out}
@@ -14,26 +15,43 @@ export LANEFLOW_KERNEL_CACHE=${LANEFLOW_KERNEL_CACHE:-/tmp/laneflow-kcache-$(id 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/env.txt" 2>&1
 python3 -c "import sys, numpy, cuda.bindings, nvmath; print(sys.version.split()[0], 'numpy', numpy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'nvmath', nvmath.__version__)" >>"$OUT/env.txt" 2>&1
 
-# Three pytest processes side by side (the suite is bound by NVRTC compiles on the host, 16 cores
-# there): the elementwise, matmul and kernel-source files in one, the other files split in two.
-A="tests/test_ops_elementwise.py tests/test_ops_matmul.py tests/test_kernel_sources.py"
-REST=$(ls tests/test_*.py | grep -v -e test_ops_elementwise.py -e test_ops_matmul.py -e test_kernel_sources.py)
-B=$(echo "$REST" | grep -E "tests/test_[a-n]")
-C=$(echo "$REST" | grep -v -E "tests/test_[a-n]")
-for part in a b c; do
-  case $part in a) files=$A ;; b) files=$B ;; c) files=$C ;; esac
-  timeout 330 python3 -m pytest -q -p no:cacheprovider $files --timeout=120 --tb=short --durations=5 \
+# PARTS pytest processes side by side (default 3; the suite is bound by NVRTC compiles on the host, 16
+# cores there): the test files are dealt out by size, largest first, each to the part with the least so far.
+PARTS=${PARTS:-3}
+python3 - "$PARTS" >"$OUT/parts.txt" <<'PY'
+import glob, os, sys
+n = int(sys.argv[1])
+parts = [[0, []] for _ in range(n)]
+for f in sorted(glob.glob("tests/test_*.py"), key=os.path.getsize, reverse=True):
+    p = min(parts, key=lambda q: q[0])
+    p[0] += os.path.getsize(f)
+    p[1].append(f)
+for _, files in parts:
+    print(" ".join(sorted(files)))
+PY
+if [ "${ARRAY_API:-0}" != 0 ]; then
+  (timeout ${PART_TIMEOUT:-330} python3 tools/array_api_suite.py --device gpu >"$OUT/array-api.log" 2>&1
+   echo "array api (gpu) rc=$?" >>"$OUT/env.txt") &
+  P_API=$!
+fi
+part=0
+while read -r files; do
+  part=$((part + 1))
+  timeout ${PART_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider $files --timeout=120 --tb=short --durations=5 \
     >"$OUT/pytest-$part.log" 2>&1 &
   eval "P_$part=$!"
+done <"$OUT/parts.txt"
+for k in $(seq 1 "$part"); do
+  eval "wait \$P_$k"
+  echo "pytest ($k) rc=$?" >>"$OUT/env.txt"
 done
-for part in a b c; do
-  eval "wait \$P_$part"
-  echo "pytest ($part) rc=$?" >>"$OUT/env.txt"
-done
-cat "$OUT"/pytest-[abc].log >"$OUT/pytest.log"
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_fuzz.py -k "random and gpu" --fuzz-programs 2000 \
-  --timeout=230 --hypothesis-show-statistics >"$OUT/fuzz.log" 2>&1
-echo "fuzz rc=$?" >>"$OUT/env.txt"
+[ -n "${P_API:-}" ] && wait "$P_API"
+cat "$OUT"/pytest-[0-9]*.log >"$OUT/pytest.log"
+if [ "${FUZZ:-1}" != 0 ]; then
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_fuzz.py -k "random and gpu" --fuzz-programs 2000 \
+    --timeout=230 --hypothesis-show-statistics >"$OUT/fuzz.log" 2>&1
+  echo "fuzz rc=$?" >>"$OUT/env.txt"
+fi
 for suite in ${BENCH_SUITE:-all}; do  # one or more suites, e.g. BENCH_SUITE="dispatch kernels"
   timeout ${BENCH_TIMEOUT:-150} python3 -m laneflow bench $suite --device gpu --peers ${PEERS:-torch,jax,cupy} \
     --json "$OUT/bench-$suite.json" >>"$OUT/bench.log" 2>&1
@@ -46,6 +64,7 @@ fi
 
 echo "== env"; cat "$OUT/env.txt"
 echo "== pytest"; grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | sed 's/ - .*//' | head -20
-for part in a b c; do tail -1 "$OUT/pytest-$part.log"; done
-echo "== fuzz"; grep -E "passing|failing" "$OUT/fuzz.log"; tail -1 "$OUT/fuzz.log"
+for f in "$OUT"/pytest-[0-9]*.log; do grep -E "passed|failed" "$f" | tail -1; done
+if [ -f "$OUT/fuzz.log" ]; then echo "== fuzz"; grep -E "passing|failing" "$OUT/fuzz.log"; tail -1 "$OUT/fuzz.log"; fi
+if [ -f "$OUT/array-api.log" ]; then echo "== array api (gpu)"; grep -E "^FAILED|passed|failed" "$OUT/array-api.log" | tail -5; fi
 if [ -f "$OUT/demo.log" ]; then echo "== demo"; tail -14 "$OUT/demo.log"; fi  # (exit 0 without a demo)

@@ -15,8 +15,12 @@ import numpy as np
 
 from . import dtypes as dt
 
-#: The newest version of the array API standard laneflow meets (docs/array_api.md).
-__array_api_version__ = "2023.12"
+#: The versions of the array API standard laneflow meets, oldest first
+#: (docs/array_api.md); ``Array.__array_namespace__(api_version=)`` accepts these.
+API_VERSIONS: tuple[str, ...] = ("2021.12", "2022.12", "2023.12", "2024.12")
+
+#: The newest of them (the standard's name).
+__array_api_version__ = API_VERSIONS[-1]
 
 #: The standard's dtype kinds (``isdtype``), over laneflow's dtypes.
 KINDS: dict[str, tuple] = {

@@ -10,10 +10,8 @@ from typing import Any
 import numpy as np
 
 from . import _ops_namespace as ops
+from ._array_api import API_VERSIONS as _API_VERSIONS
 from .array import Array
-
-#: The versions of the array API standard ``__array_namespace__(api_version=)`` accepts.
-_API_VERSIONS = ("2021.12", "2022.12", "2023.12")
 
 
 class _Methods:

@@ -15,5 +15,6 @@ from .ops.manipulation import (  # noqa: F401
     unstack,
 )
 from .ops.datadep import nonzero, unique_all, unique_counts, unique_inverse, unique_values  # noqa: F401
+from .ops.along_axis import count_nonzero, diff, take_along_axis  # noqa: F401
 from .ops.sorting import argsort, cumulative_prod, cumulative_sum, searchsorted, sort  # noqa: F401
 from .ops.linalg_api import tensordot, vecdot  # noqa: F401

@@ -137,6 +137,9 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     _b("maximum", ordered=True), _b("minimum", ordered=True),
     _b("logaddexp", ordered=True, doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
     _b("hypot", ordered=True, doc="``sqrt(a**2 + b**2)`` without intermediate overflow (numpy's ``np.hypot``)."),
+    _b("nextafter", ordered=True,
+       doc="The next representable value after ``a`` towards ``b``, in ``a``'s floating dtype "
+           "(numpy's ``np.nextafter``; integers give float64)."),
     _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True, ordered=True),
     _b("less_equal", predicate=True, ordered=True), _b("greater", predicate=True, ordered=True),
     _b("greater_equal", predicate=True, ordered=True),

@@ -50,9 +50,10 @@ from . import linalg as looped
 from .handles import device_handles, per_device
 from .kernels.pointers import strided_pointers
 
-#: Largest n (of n x n, or of m and n) that takes the batched path. (to be measured): the crossover
-#: where the per-matrix loop overtakes one batched call, from ``bench handles`` on the H200.
-BATCHED_MAX_N = 64
+#: Largest n (of n x n, or of m and n) that takes the batched path. No crossover was found up to 128:
+#: on 512 matrices one batched call beat the per-matrix loop 50-403x at n = 32, 64 and 128 (``bench
+#: handles``, H200, 2026-12-04), so this is the largest size measured, not a measured crossover.
+BATCHED_MAX_N = 128
 #: The environment variable that overrides :data:`BATCHED_MAX_N` (read at each decision; 0: never batch).
 BATCHED_MAX_N_ENV = "LANEFLOW_LINALG_BATCHED_MAX_N"
 #: A batch of fewer matrices runs the loop (one matrix is one call either way).

@@ -21,7 +21,7 @@ with PyTorch/CuPy/JAX on c streams side by side when they import.
 Part 4 (``handles_batched.py``): a batch of small solves as one batched call under one handle per device
 against the per-matrix loop on per-lane handles, with torch.linalg.solve and jax.numpy.linalg.solve, and
 the looped/batched crossover at n = 32, 64, 128. ``LANEFLOW_BENCH_HANDLES=batched`` runs part 4 alone
-(about a minute on an H200, to be measured), ``=pools,ops`` parts 1-3.
+(about 50 s on an H200, 2026-12-04), ``=pools,ops`` parts 1-3.
 """
 
 from __future__ import annotations

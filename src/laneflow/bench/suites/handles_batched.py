@@ -13,7 +13,7 @@ GPU). Rows, all through ``lf.linalg.solve`` on the whole batch:
 Each laneflow row reports the handles its work holds and their memory (count x the per-handle bytes
 measured at the first create in this process, ``handles._Library``; the H200 anchors when unmeasured).
 
-Then the crossover (``linalg_batched.BATCHED_MAX_N``, to be measured): looped vs batched on one lane for
+Then the crossover (``linalg_batched.BATCHED_MAX_N``): looped vs batched on one lane for
 n in ``cross_ns`` (32, 64, 128 on the GPU) and solve, cholesky and inv, on ``cross_batch`` matrices.
 
 ``LANEFLOW_BENCH_HANDLES=batched`` runs this part alone (``python -m laneflow bench handles``).

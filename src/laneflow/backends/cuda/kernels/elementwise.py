@@ -18,7 +18,7 @@ from ....errors import ExecutionError, LaneflowError
 from ..checks import deferred
 from ....ops.table import ELEMENTWISE
 from . import cdefs as C
-from .expressions import COMPARISONS, COMPLEX_UNSUPPORTED, EXPRESSIONS
+from .expressions import COMPARISONS, COMPLEX_UNSUPPORTED, EXPRESSIONS, HALF
 from .launch import grid_1d
 from .plan import MAXD, contiguous_strides, operand_layout
 
@@ -56,6 +56,8 @@ def loop_dtypes(fn: str, operands: tuple, out: np.dtype) -> tuple[list, np.dtype
 def expr(fn: str, a: list[str], loop: list, out_loop: np.dtype) -> str:
     """C expression (compute type of out_loop, or bool) for fn on compute values a (``expressions.py``)."""
     t = loop[-1] if fn == "where" else loop[0]
+    if fn in HALF and C.is_half(t):
+        return HALF[fn](a, C.dname(t))
     e = EXPRESSIONS.get(fn)
     if e is None:
         raise LaneflowError(f"elementwise: the CUDA backend has no kernel for {fn!r}")

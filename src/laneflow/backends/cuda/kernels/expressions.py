@@ -60,6 +60,7 @@ EXPRESSIONS: dict[str, Callable] = {
                         lambda x, y, T: f"({x} < {y} ? {x} : {y})"),
     "logaddexp": lambda a, k, T: f"lf_logaddexp<{T}>({a[0]}, {a[1]})",
     "hypot": _fn("hypot"),
+    "nextafter": lambda a, k, T: f"nextafter{'' if T == 'double' else 'f'}({a[0]}, {a[1]})",
     **{name: _compare(sym) for name, sym in _CMP.items()},
     "logical_and": lambda a, k, T: f"(({a[0]} != 0) && ({a[1]} != 0))",
     "logical_or": lambda a, k, T: f"(({a[0]} != 0) || ({a[1]} != 0))",
@@ -101,6 +102,12 @@ EXPRESSIONS: dict[str, Callable] = {
     "imag": lambda a, k, T: f"lf_cim({a[0]})" if k == "c" else f"(({T})0)",
     "conj": lambda a, k, T: f"lf_conj({a[0]})" if k == "c" else a[0],
     "identity": lambda a, k, T: a[0],
+}
+
+#: Ops whose float16/bfloat16 loops need more than their float expression: the compute type is float, so
+#: a step to the next representable value must be taken on the 16-bit word (``HALF[name](a, dtype name)``).
+HALF: dict[str, Callable] = {
+    "nextafter": lambda a, d: f"lf_nextafter16<{int(d == 'bfloat16')}>({a[0]}, {a[1]})",
 }
 
 #: Ops of the op table this backend has no expression for (none today).
