@@ -335,7 +335,7 @@ template <class T> __device__ __forceinline__ lf_cx<T> lf_sign(lf_cx<T> z) {
   return lf_cx<T>(z.re / m, z.im / m);
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_exp(lf_cx<T> z) {
-  if (z.im == 0 && !(z.re != z.re)) return lf_cx<T>(lf_exp(z.re), z.im);  // keeps the sign of a zero im
+  if (z.im == 0) return lf_cx<T>(lf_exp(z.re), z.im);  // keeps the sign of a zero im (NaN + 0j too)
   if (lf_isinf(z.re) && !lf_isfinite(z.im)) {
     if (z.re < 0) return lf_cx<T>(T(0), T(0));
     return lf_cx<T>(z.re, T(NAN));
@@ -379,13 +379,21 @@ template <class T> __device__ __forceinline__ lf_cx<T> lf_pow(lf_cx<T> a, lf_cx<
   if (a.re == 0 && a.im == 0 && b.im == 0 && b.re > 0) return lf_cx<T>(T(0), T(0));
   return lf_exp(b * lf_log(a));
 }
+// A real (im == 0) or imaginary (re == 0) argument takes the one-part formula, so an infinite or NaN part
+// does not meet a zero in a product (inf * 0 is NaN): the standard's special cases for those axes.
 template <class T> __device__ __forceinline__ lf_cx<T> lf_sinh(lf_cx<T> z) {
+  if (z.im == 0) return lf_cx<T>(lf_sinh(z.re), z.im);
+  if (z.re == 0 && !lf_isfinite(z.im)) return lf_cx<T>(z.re, z.im - z.im);  // +-0 + NaN j
   return lf_cx<T>(lf_sinh(z.re) * lf_cos(z.im), lf_cosh(z.re) * lf_sin(z.im));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_cosh(lf_cx<T> z) {
+  if (z.im == 0) return lf_cx<T>(lf_cosh(z.re), lf_copysign(T(0), z.im) * (z.re < 0 ? T(-1) : T(1)));
+  if (z.re == 0 && !lf_isfinite(z.im)) return lf_cx<T>(z.im - z.im, T(0));  // NaN + 0j
   return lf_cx<T>(lf_cosh(z.re) * lf_cos(z.im), lf_sinh(z.re) * lf_sin(z.im));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_tanh(lf_cx<T> z) {
+  if (z.im == 0) return lf_cx<T>(lf_tanh(z.re), z.im);
+  if (z.re == 0) return lf_cx<T>(z.re, lf_tan(z.im));  // tanh(iy) = i tan(y): +0 + NaN j at infinity
   if (lf_abs(z.re) > T(22)) return lf_cx<T>(lf_copysign(T(1), z.re), lf_copysign(T(0), lf_sin(2 * z.im)));
   T d = lf_cosh(2 * z.re) + lf_cos(2 * z.im);
   return lf_cx<T>(lf_sinh(2 * z.re) / d, lf_sin(2 * z.im) / d);
