@@ -196,6 +196,18 @@ def test_numpy_and_dlpack_interop_keep_complex_values(device, rng):
         np.testing.assert_array_equal(np.asarray(y), x.astype(np.complex128))
 
 
+def test_linspace_with_complex_bounds_or_dtype(device):
+    np.testing.assert_allclose(np.asarray(lf.linspace(0, 2, 5, dtype=lf.complex64, device=device)),
+                               np.linspace(0, 2, 5).astype(np.complex64))
+    if device.type == "gpu":  # complex bounds: no CUDA kernel, refused by name
+        with pytest.raises(lf.LaneflowError, match=r"linspace: .*complex bounds"):
+            lf.eval(lf.linspace(0, 1 + 2j, 5, device=device))
+        return
+    z = lf.linspace(1j, 1 + 2j, 5, endpoint=False, device=device)
+    assert z.dtype == lf.complex128
+    np.testing.assert_allclose(np.asarray(z), np.linspace(1j, 1 + 2j, 5, endpoint=False))
+
+
 def test_complex_fills_and_setitem(device):
     z = lf.full((2, 3), 1 - 2j, device=device)
     assert z.dtype == lf.complex128

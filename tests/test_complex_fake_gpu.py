@@ -26,7 +26,8 @@ with lf.stream(lf.gpu):
         z = lf.array((np.ones((4, 8)) + 1j).astype(cd))
         f = lf.array(np.ones((4, 8), fd))
         outs = [lf.exp(z * (0.5 - 1j)) + f, lf.abs(z), lf.real(z), lf.conj(z), lf.sum(z, axis=1), lf.mean(z),
-                lf.prod(z, axis=0), lf.astype(f, cd), lf.full((3,), 2 - 1j, dtype=cd), lf.cumulative_sum(z, axis=1),
+                lf.prod(z, axis=0), lf.astype(f, cd), lf.full((3,), 2 - 1j, dtype=cd), lf.linspace(0, 2, 5, dtype=cd),
+                lf.arange(4, dtype=cd), lf.eye(3, dtype=cd), lf.cumulative_sum(z, axis=1),
                 lf.linalg.det(z[:, :4]), z == z, lf.sqrt(z) / z,
                 (z * z).sum(axis=-1, keepdims=True) * z, lf.sum(z * z, axis=0)]   # row programs, fused groups
         xc = z - z.mean(axis=-1, keepdims=True)

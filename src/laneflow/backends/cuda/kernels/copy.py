@@ -189,9 +189,10 @@ def arange(lane, prim, ins, outs) -> None:
 def linspace(lane, prim, ins, outs) -> None:
     out = outs[0]
     num = out.shape[0]
-    if out.dtype.kind == "c" or isinstance(prim.start, complex) or isinstance(prim.stop, complex):
-        raise LaneflowError(f"linspace: the CUDA backend has no kernel for {out.dtype} ({num} points); make it on "
-                            "the CPU (device=lf.cpu) or from real and imaginary linspaces")
+    if isinstance(prim.start, complex) or isinstance(prim.stop, complex):  # (real bounds into complex: the kernel)
+        raise LaneflowError(f"linspace: the CUDA backend has no kernel for complex bounds ({prim.start!r}, "
+                            f"{prim.stop!r}; {num} points of {out.dtype}); make it on the CPU (device=lf.cpu) or "
+                            "from real and imaginary linspaces")
     div = (num - 1) if prim.endpoint else num
     _fill(lane, "linspace", out, (prim.start, prim.stop, float(div), int(prim.endpoint)))
 
