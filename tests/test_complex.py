@@ -149,9 +149,10 @@ def test_complex_linalg_matches_numpy(device, rng, dtype):
     lambda a: lf.max(a), lambda a: lf.min(a, axis=0), lambda a: lf.argmax(a), lambda a: lf.argmin(a),
     lambda a: lf.sort(a), lambda a: lf.argsort(a), lambda a: lf.maximum(a, a), lambda a: lf.less(a, a),
     lambda a: a > 0, lambda a: lf.floor(a), lambda a: lf.clip(a, 0, 1), lambda a: lf.var(a),
-    lambda a: lf.softmax(a), lambda a: lf.logsumexp(a), lambda a: lf.searchsorted(a, a),
+    lambda a: lf.softmax(a), lambda a: lf.logsumexp(a), lambda a: lf.searchsorted(a, a), lambda a: lf.erf(a),
+    lambda a: lf.nn.gelu(a), lambda a: lf.maximum(lf.real(a), 1j),
 ], ids=["max", "min", "argmax", "argmin", "sort", "argsort", "maximum", "less", "greater", "floor", "clip", "var",
-        "softmax", "logsumexp", "searchsorted"])
+        "softmax", "logsumexp", "searchsorted", "erf", "gelu", "maximum-python-complex"])
 def test_ops_the_standard_leaves_undefined_for_complex_raise_type_error(device, make):
     a = lf.array(np.array([1 + 2j, 3 - 1j], np.complex64), device=device)
     with pytest.raises(TypeError, match=r"complex"):

@@ -58,11 +58,11 @@ with lf.stream(lf.gpu):
         w = lf.linalg.eigvalsh(h)
         assert w.dtype == (lf.float32 if cd == lf.complex64 else lf.float64)
         try:
-            lf.eval(lf.erf(z))
-        except lf.LaneflowError as e:
+            lf.erf(z)
+        except TypeError as e:  # a real-only row of the op table: refused when built, on every device
             assert "erf" in str(e) and str(cd) in str(e), e
         else:
-            raise AssertionError("erf of a complex array ran on the GPU")
+            raise AssertionError("erf of a complex array was built")
 print("complex ok")
 '''
 

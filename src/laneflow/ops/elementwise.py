@@ -12,7 +12,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
 from ..errors import PrecisionWarning
-from .core import broadcast_shapes, cast, describe, node, operand, ordered, shared, stream_of, to_stream
+from .core import broadcast_shapes, cast, describe, node, operand, shared, stream_of, to_stream
 from . import table
 from .primitives import Elementwise, Scalar
 
@@ -111,11 +111,11 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     hit = _SIGNATURES.get(key)
     if hit is None:
         row = table.ELEMENTWISE.get(fn or name)
-        if row is not None and row.ordered:
-            ordered(name, *datas)
-            if any(isinstance(o, Scalar) and isinstance(o.value, complex) for o in operands):
-                raise TypeError(f"{name}: not defined for complex values (complex numbers have no order); "
-                                f"got a Python complex with {describe(*datas)}")
+        if row is not None and row.real_only and (any(d.dtype.kind == "c" for d in datas) or any(
+                isinstance(o, Scalar) and isinstance(o.value, complex) for o in operands)):
+            raise TypeError(f"{name}: defined for real values only, not for complex ones (the array API); got "
+                            f"{', '.join(str(s) if s.__class__ is not type else 'a Python ' + s.__name__ for s in sig)}; "
+                            "apply it to lf.real(x), lf.imag(x) or lf.abs(x)")
         common = dt.operand_dtype([d.dtype for d in datas]) if result is None else None
         dtype = result if result is not None else _infer(name, ufunc, sig, datas)
         hit = _SIGNATURES[key] = (dtype, common)

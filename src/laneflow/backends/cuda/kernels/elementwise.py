@@ -18,7 +18,7 @@ from ....errors import ExecutionError, LaneflowError
 from ..checks import deferred
 from ....ops.table import ELEMENTWISE
 from . import cdefs as C
-from .expressions import COMPARISONS, COMPLEX_UNSUPPORTED, EXPRESSIONS, HALF
+from .expressions import COMPARISONS, EXPRESSIONS, HALF
 from .launch import grid_1d
 from .plan import MAXD, contiguous_strides, operand_layout
 
@@ -62,9 +62,8 @@ def expr(fn: str, a: list[str], loop: list, out_loop: np.dtype) -> str:
     if e is None:
         raise LaneflowError(f"elementwise: the CUDA backend has no kernel for {fn!r}")
     k = C.kind(t)
-    if k == "c" and (fn in COMPLEX_UNSUPPORTED or ELEMENTWISE[fn].ordered):
-        raise LaneflowError(f"{fn}: the CUDA backend has no kernel for {t} operands; compute it on the CPU "
-                            f"(x.to_device(lf.cpu)) or on real and imaginary parts (lf.real, lf.imag)")
+    if k == "c" and ELEMENTWISE[fn].real_only:  # (refused when the op is built: this guards internal callers)
+        raise LaneflowError(f"{fn}: defined for real values only; the CUDA backend has no kernel for {t} operands")
     return e(a, k, C.compute(t))
 
 

@@ -113,9 +113,5 @@ HALF: dict[str, Callable] = {
 #: Ops of the op table this backend has no expression for (none today).
 UNSUPPORTED: frozenset[str] = frozenset()
 
-#: Ops with no complex expression here (numpy has none either: erf and the GELUs of complex values);
-#: the ops the op table marks ``ordered`` never see complex operands (refused when built).
-COMPLEX_UNSUPPORTED: frozenset[str] = frozenset(("erf", "gelu", "gelu_tanh"))
-
 #: Comparison ops: a Python int outside the array's range widens the loop (numpy compares by value).
 COMPARISONS = frozenset(_CMP)
