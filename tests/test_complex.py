@@ -219,3 +219,13 @@ def test_complex_fills_and_setitem(device):
     with pytest.raises(TypeError, match=r"setitem: cannot store"):
         r = lf.zeros(3, dtype=lf.float32, device=device)
         r[0] = 1j
+
+
+def test_compiled_complex_function_matches_numpy(device, rng):
+    """lf.compile with complex arrays, a complex 0-d argument that changes per call and a Python complex."""
+    f = lf.compile(lambda a, s: (lf.exp(a * (1 - 1j)) @ lf.conj(a.T)) * s + lf.sum(a, axis=1, keepdims=True))
+    x = _random(rng, (4, 4), np.complex64, scale=1.0)
+    a = lf.array(x, device=device)
+    for s in (0.5 + 1j, -2j, 3.0 + 0j):
+        want = (np.exp(x * np.complex64(1 - 1j)) @ np.conj(x.T)) * np.complex64(s) + x.sum(axis=1, keepdims=True)
+        _assert_close(f(a, lf.array(np.complex64(s), device=device)), want, "complex64", rtol=1e-4, atol=1e-4)

@@ -63,6 +63,10 @@ with lf.stream(lf.gpu):
             assert "erf" in str(e) and str(cd) in str(e), e
         else:
             raise AssertionError("erf of a complex array was built")
+    f = lf.compile(lambda a, s: (lf.exp(a * (1 - 1j)) @ a.T) * s + lf.sum(a, axis=1, keepdims=True))
+    a = lf.array((np.ones((4, 4)) + 2j).astype(np.complex64))
+    for _ in range(3):  # traced, captured, replayed: a complex scalar operand and a C matmul in the graph
+        lf.eval(f(a, lf.array(np.complex64(0.5 + 1j))))
 print("complex ok")
 '''
 
