@@ -229,3 +229,24 @@ def test_compiled_complex_function_matches_numpy(device, rng):
     for s in (0.5 + 1j, -2j, 3.0 + 0j):
         want = (np.exp(x * np.complex64(1 - 1j)) @ np.conj(x.T)) * np.complex64(s) + x.sum(axis=1, keepdims=True)
         _assert_close(f(a, lf.array(np.complex64(s), device=device)), want, "complex64", rtol=1e-4, atol=1e-4)
+
+
+def _bits(z):
+    z = np.asarray(z)
+    return [(float(v.real), bool(np.signbit(v.real)), float(v.imag), bool(np.signbit(v.imag))) for v in z.ravel()]
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_the_standards_special_cases_numpy_misses_for_tanh_and_expm1(device, dtype):
+    """tanh(+-inf + iy), y finite: +-1 + 0j with the zero signed as y (numpy signs it by sin(2y));
+    expm1 at infinities and NaN: the cases of exp, less one (numpy gives NaN)."""
+    inf, nan = np.inf, np.nan
+    z = np.array([complex(inf, 2.0), complex(-inf, -2.0), complex(inf, -0.5), complex(-inf, 3.0)], dtype)
+    got = lf.tanh(lf.array(z, device=device))
+    want = np.array([complex(1, 0), complex(-1, -0.0), complex(1, -0.0), complex(-1, 0)], dtype)
+    want.imag[[1, 2]] = -0.0
+    assert _bits(got) == _bits(want)
+    z = np.array([complex(inf, 0), complex(-inf, inf), complex(-inf, nan), complex(nan, 0)], dtype)
+    got = np.asarray(lf.expm1(lf.array(z, device=device)))
+    assert got[0] == inf and got[0].imag == 0 and got[1] == -1 and got[2] == -1
+    assert np.isnan(got[3].real) and got[3].imag == 0

@@ -112,6 +112,19 @@ def _expm1_complex(z):
     return np.where(np.isfinite(z), near, np.exp(z) - 1).astype(z.dtype, copy=False)
 
 
+def _tanh_complex(z):
+    """numpy's complex tanh, with the standard's value at an infinite real part and a finite imaginary
+    one: ``+-1 + 0j`` with the zero's sign the imaginary part's (numpy signs it by ``sin(2 im)``)."""
+    z = np.asarray(z)
+    with np.errstate(all="ignore"):
+        r = np.array(np.tanh(z), dtype=z.dtype, copy=True)
+    at = np.isinf(z.real) & np.isfinite(z.imag)
+    if at.any():
+        r.real[at] = np.copysign(1, z.real[at])
+        r.imag[at] = np.copysign(0, z.imag[at])
+    return r
+
+
 def _where(dtype, c, a, b):
     # Both branches in the result dtype first: numpy has no common dtype for some pairs laneflow
     # promotes (bfloat16 with float16 gives float32).
@@ -146,7 +159,7 @@ ELEMENTWISE: dict[str, Elementwise] = _rows(
     _b("greater_equal", predicate=True, real_only=True),
     _b("logical_and", predicate=True), _b("logical_or", predicate=True),
     _u("negative"), _u("abs", "absolute"), _u("sign"), _u("exp"), _u("log"), _u("log1p"), _u("sqrt"),
-    _u("square"), _u("sin"), _u("cos"), _u("tanh"),
+    _u("square"), _u("sin"), _u("cos"), _u("tanh", complex_reference=_tanh_complex),
     _u("logical_not", predicate=True), _u("isnan", predicate=True), _u("isfinite", predicate=True),
     # the array API standard's elementwise functions (numpy's ufuncs, under the standard's names)
     _u("acos", "arccos"), _u("acosh", "arccosh"), _u("asin", "arcsin"), _u("asinh", "arcsinh"),

@@ -394,7 +394,10 @@ template <class T> __device__ __forceinline__ lf_cx<T> lf_cosh(lf_cx<T> z) {
 template <class T> __device__ __forceinline__ lf_cx<T> lf_tanh(lf_cx<T> z) {
   if (z.im == 0) return lf_cx<T>(lf_tanh(z.re), z.im);
   if (z.re == 0) return lf_cx<T>(z.re, lf_tan(z.im));  // tanh(iy) = i tan(y): +0 + NaN j at infinity
-  if (lf_abs(z.re) > T(22)) return lf_cx<T>(lf_copysign(T(1), z.re), lf_copysign(T(0), lf_sin(2 * z.im)));
+  // |re| > 22: tanh re is +-1 to the last bit; the imaginary part underflows with the sign of sin(2 im),
+  // and at an infinite re the standard gives it the sign of im
+  if (lf_abs(z.re) > T(22))
+    return lf_cx<T>(lf_copysign(T(1), z.re), lf_copysign(T(0), lf_isinf(z.re) && lf_isfinite(z.im) ? z.im : lf_sin(2 * z.im)));
   T d = lf_cosh(2 * z.re) + lf_cos(2 * z.im);
   return lf_cx<T>(lf_sinh(2 * z.re) / d, lf_sin(2 * z.im) / d);
 }
