@@ -113,9 +113,9 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
         row = table.ELEMENTWISE.get(fn or name)
         if row is not None and row.real_only and (any(d.dtype.kind == "c" for d in datas) or any(
                 isinstance(o, Scalar) and isinstance(o.value, complex) for o in operands)):
+            scalars = [f"a Python {type(o.value).__name__}" for o in operands if isinstance(o, Scalar)]
             raise TypeError(f"{name}: defined for real values only, not for complex ones (the array API); got "
-                            f"{', '.join(str(s) if s.__class__ is not type else 'a Python ' + s.__name__ for s in sig)}; "
-                            "apply it to lf.real(x), lf.imag(x) or lf.abs(x)")
+                            f"{', '.join([describe(*datas)] + scalars)}; apply it to lf.real(x), lf.imag(x) or lf.abs(x)")
         common = dt.operand_dtype([d.dtype for d in datas]) if result is None else None
         dtype = result if result is not None else _infer(name, ufunc, sig, datas)
         hit = _SIGNATURES[key] = (dtype, common)
