@@ -43,6 +43,7 @@ import laneflow
 
 laneflow.set_default_device(laneflow.Device(os.environ.get("LANEFLOW_DEVICE", "cpu")))
 
+
 def pytest_collection_modifyitems(config, items):
     fft = pytest.mark.skip(reason="the fft extension is disabled: laneflow has none (test_has_names ignores "
                                   "--disable-extension)")
