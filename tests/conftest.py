@@ -117,4 +117,6 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     if dtype.kind in "iu":
         lo, hi = (0, 100) if dtype.kind == "u" else (-50, 50)
         return rng.integers(lo, hi, size=shape).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.uniform(-2.0, 2.0, size=shape) + 1j * rng.uniform(-2.0, 2.0, size=shape)).astype(dtype)
     return rng.uniform(-2.0, 2.0, size=shape).astype(dtype)

@@ -93,7 +93,7 @@ class _Owner:
 
 
 @pytest.mark.parametrize("versioned", [True, False])
-@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "uint8", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "uint8", "float16", "complex64", "complex128"])
 def test_capsules_round_trip_through_numpy_and_release_their_owner(rng, versioned, dtype):
     base = cap.live_exports()
     a = random_array(rng, (3, 5), lf.dtype(dtype))

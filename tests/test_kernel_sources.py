@@ -381,7 +381,7 @@ def test_slogdet_kernel_compiles(dtype):
     _compile(*lu._build(np.dtype(dtype))[:2])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 def test_solver_check_kernels_compile(dtype):
     """The solver's status scan (one block, the first failing matrix wins) and the inf/NaN scan of svd and
     eigh, with the small triangle and identity kernels."""
@@ -390,3 +390,82 @@ def test_solver_check_kernels_compile(dtype):
     for src, name, _sig in (S._build_scan(), S._build_finite(np.dtype(dtype)), S._build_tri(np.dtype(dtype)),
                             S._build_eye(np.dtype(dtype))):
         _compile(src, name)
+
+
+def _complex_rows():
+    from laneflow.ops.table import ELEMENTWISE
+
+    for row in ELEMENTWISE.values():
+        if row.real_only or row.name.startswith("bitwise") or row.name in (
+                "logical_not", "where", "identity"):
+            continue
+        yield row.name, row.arity == 1
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("fn,unary", list(_complex_rows()), ids=lambda v: str(v))
+def test_complex_elementwise_kernels_compile(fn, unary, dtype):
+    """Every op the CUDA backend computes on complex values, as the grid-stride and the vector kernel;
+    binary ops with a Python complex scalar (a packed ``lf_c64``/``lf_c128`` kernel parameter)."""
+    from laneflow.backends.cuda.kernels import elementwise as E
+
+    d = np.dtype(dtype)
+    kinds, ops = (("c",), (d,)) if unary else (("c", "S"), (d, complex))
+    loop, out_loop = E.loop_dtypes(fn, ops, d)
+    if not fn.startswith("logical"):  # (logical ops test truth in bool loops)
+        assert np.dtype(loop[0]).kind == "c", (fn, loop)  # the loop runs in complex
+    out = E._result_dtype(fn, list(loop), out_loop)
+    sc = tuple(loop[j] for j, k in enumerate(kinds) if k == "S")
+    for vec in (False, True):
+        src, name, params = E._build(fn, kinds, (d,), list(loop), sc, out, out_loop, 0, False, vec=vec)
+        if not unary and np.dtype(loop[1]).kind == "c":
+            assert params[2] == {"complex64": "F", "complex128": "Z"}[dtype], params
+        _compile(src, name)
+
+
+def test_real_only_ops_have_no_complex_cuda_kernel():
+    from laneflow.backends.cuda.kernels import elementwise as E
+    from laneflow.errors import LaneflowError
+
+    c = np.dtype(np.complex64)
+    with pytest.raises(LaneflowError, match=r"erf: .*no kernel for complex64"):
+        E.expr("erf", ["v0"], [c], c)
+    with pytest.raises(LaneflowError, match=r"maximum: .*complex64"):
+        E.expr("maximum", ["v0", "v1"], [c, c], c)
+
+
+@pytest.mark.parametrize("src,dst", [("float32", "complex64"), ("int64", "complex128"), ("bool_", "complex64"),
+                                     ("complex64", "complex128"), ("complex128", "complex64"),
+                                     ("float16", "complex64"), ("complex64", "bool_")])
+def test_complex_casts_compile(src, dst):
+    """astype's kernels into, out of (to bool) and between the complex dtypes."""
+    from laneflow.backends.cuda.kernels import elementwise as E
+
+    s, d = np.dtype(getattr(lf, src)), np.dtype(getattr(lf, dst))
+    src_code, name, _ = E._build("identity", ("c",), (s,), [d], (), d, d, 0, False)
+    _compile(src_code, name)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_reduction_scan_fill_and_slogdet_kernels_compile(dtype):
+    """sum, prod and mean of complex values (block and per-thread layouts, split partials and their
+    combine pass: the warp shuffle of an lf_cx), cumulative sums and products, a filled complex
+    array, and the LU slogdet of complex matrices (real log |det|)."""
+    from laneflow.backends.cuda.kernels import copy as CP
+    from laneflow.backends.cuda.kernels import lu
+    from laneflow.backends.cuda.kernels import reduce as R
+    from laneflow.backends.cuda.kernels import sort as S
+
+    d = np.dtype(dtype)
+    for op, fold in (("sum", "sum"), ("prod", "prod"), ("mean", "sum")):
+        for inner in (True, False):
+            for partial in (False, True):
+                _compile(*R._build(op, fold, inner, d, d, d, 1, 1, partial, False)[:2])
+        _compile(*R._build(op, fold, False, d, d, d, 1, 1, False, True)[:2])
+    for op in ("sum", "prod"):
+        for initial in (False, True):
+            _compile(*S._build_scan(d, d, op, initial)[:2])
+    src, name, params = CP._build_fill("full", d)
+    assert params[1] == ("F" if dtype == "complex64" else "Z")
+    _compile(src, name)
+    _compile(*lu._build(d)[:2])

@@ -8,10 +8,9 @@ The suite is copied to a temporary folder (``--suite DIR``, ``$ARRAY_API_TESTS_D
 any it is cloned from GitHub at ``$ARRAY_API_TESTS_REF``, default ``master``), and run there with
 ``ARRAY_API_TESTS_MODULE=laneflow``, ``ARRAY_API_TESTS_VERSION`` (``--version``, default the version laneflow
 declares, ``lf.__array_api_version__``), a fixed Hypothesis seed and ``--max-examples``; the ``fft``
-extension, which laneflow does not have, is disabled (the ``linalg`` one runs). laneflow has no
-complex dtypes yet, so they are skipped (``ARRAY_API_TESTS_SKIP_DTYPES``), and the copy gets the one
-change the suite needs to import a namespace without them (:data:`PATCH`). ``--device gpu`` (or ``$LANEFLOW_DEVICE``) makes that device the default for every array the
-suite creates, through a small pytest plugin written next to the copy.
+extension, which laneflow does not have, is disabled (the ``linalg`` one runs). ``--device gpu`` (or
+``$LANEFLOW_DEVICE``) makes that device the default for every array the suite creates, through a small
+pytest plugin written next to the copy.
 
 Known failures are listed, each with its reason, in ``tests/array_api_xfails.txt``
 (``<test id>  # reason``); any other failure fails the run (exit status 1). The file's entries must
@@ -33,15 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 XFAILS = ROOT / "tests" / "array_api_xfails.txt"
 REPO = "https://github.com/data-apis/array-api-tests"
 
-#: (file, text, replacement) applied to the copy: the suite picks its widest complex dtype with max()
-#: of an empty list when there is none; a default of None lets it import (the name is then unused).
-PATCH = [("array_api_tests/dtype_helpers.py", "key=lambda x: x[1]\n)[0]\n\n\n# float64",
-          "key=lambda x: x[1], default=(None, 0)\n)[0]\n\n\n# float64")]
-
 PLUGIN = '''\
 """Written by laneflow's tools/array_api_suite.py: the default device for the whole run, and a skip
-for the tests of complex values, which ARRAY_API_TESTS_SKIP_DTYPES does not reach (the special cases
-of complex inputs, vecdot's conjugation), and for the names of the disabled fft extension."""
+for the names of the disabled fft extension."""
 import os
 
 import pytest
@@ -50,17 +43,12 @@ import laneflow
 
 laneflow.set_default_device(laneflow.Device(os.environ.get("LANEFLOW_DEVICE", "cpu")))
 
-COMPLEX_ONLY = ("real(x_i)", "imag(x_i)", "test_vecdot_conj")
-
 
 def pytest_collection_modifyitems(config, items):
-    complex_ = pytest.mark.skip(reason="complex dtypes: laneflow has none yet (docs/array_api.md)")
     fft = pytest.mark.skip(reason="the fft extension is disabled: laneflow has none (test_has_names ignores "
                                   "--disable-extension)")
     for item in items:
-        if any(c in item.nodeid for c in COMPLEX_ONLY):
-            item.add_marker(complex_)
-        elif "test_has_names[fft-" in item.nodeid:
+        if "test_has_names[fft-" in item.nodeid:
             item.add_marker(fft)
 '''
 
@@ -124,18 +112,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="laneflow-array-api-") as tmp:
         suite = suite_copy(args.suite, Path(tmp))
-        for name, old, new in PATCH:
-            f = suite / name
-            text = f.read_text()
-            if old not in text:
-                sys.exit(f"array_api_suite: {name} of this suite version lacks the text to patch; update PATCH")
-            f.write_text(text.replace(old, new, 1))
         (suite / "laneflow_device_plugin.py").write_text(PLUGIN)
         xfails = Path(tmp) / "xfails.txt"
         xfails.write_text("".join(f"{t}\n" for t in read_xfails(XFAILS)))
         env = dict(os.environ, ARRAY_API_TESTS_MODULE="laneflow",
                    ARRAY_API_TESTS_VERSION=args.version or declared_version(), LANEFLOW_DEVICE=args.device,
-                   ARRAY_API_TESTS_SKIP_DTYPES="complex64,complex128",
                    PYTHONPATH=os.pathsep.join([str(suite), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "laneflow_device_plugin",
                "--hypothesis-seed", str(args.seed), "--max-examples", str(args.max_examples),

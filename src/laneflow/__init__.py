@@ -16,7 +16,7 @@ from . import _array_methods  # noqa: F401 - attaches the operators and methods 
 from .array import Array
 from .device import Device, cpu, gpu
 from .dtypes import (  # noqa: F401
-    bfloat16, bool_, dtype, float16, float32, float64, int8, int32, int64, result_type, uint8, uint32,
+    bfloat16, bool_, complex64, complex128, dtype, float16, float32, float64, int8, int32, int64, result_type, uint8, uint32,
 )
 from .errors import CompileError, ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError, PrecisionWarning
 from .evaluation import async_eval, eval, plan_cache_info, reset_stats, set_plan_cache, stats  # noqa: A004

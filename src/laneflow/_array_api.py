@@ -15,23 +15,22 @@ import numpy as np
 
 from . import dtypes as dt
 
-#: The versions of the array API standard laneflow meets, oldest first (complex dtypes aside:
-#: docs/array_api.md); ``Array.__array_namespace__(api_version=)`` accepts these.
+#: The versions of the array API standard laneflow meets, oldest first
+#: (docs/array_api.md); ``Array.__array_namespace__(api_version=)`` accepts these.
 API_VERSIONS: tuple[str, ...] = ("2021.12", "2022.12", "2023.12", "2024.12")
 
 #: The newest of them (the standard's name).
 __array_api_version__ = API_VERSIONS[-1]
 
-#: The standard's dtype kinds (``isdtype``), over laneflow's dtypes. Complex dtypes, when laneflow has
-#: them, join "complex floating" and "numeric" here and nowhere else in this module.
+#: The standard's dtype kinds (``isdtype``), over laneflow's dtypes.
 KINDS: dict[str, tuple] = {
     "bool": (dt.bool_,),
     "signed integer": tuple(d for d in dt.INT_DTYPES if d.kind == "i"),
     "unsigned integer": tuple(d for d in dt.INT_DTYPES if d.kind == "u"),
     "integral": dt.INT_DTYPES,
     "real floating": dt.FLOAT_DTYPES,
-    "complex floating": (),
-    "numeric": dt.INT_DTYPES + dt.FLOAT_DTYPES,
+    "complex floating": dt.COMPLEX_DTYPES,
+    "numeric": dt.INT_DTYPES + dt.FLOAT_DTYPES + dt.COMPLEX_DTYPES,
 }
 
 
@@ -66,12 +65,14 @@ def _dtype_of(type: Any, op: str) -> np.dtype:  # noqa: A002 - the standard's pa
 
 
 def finfo(type: Any, /) -> finfo_object:  # noqa: A002
-    """Machine limits of a floating dtype (or of an array's dtype), as Python floats.
+    """Machine limits of a floating dtype (or of an array's dtype), as Python floats. A complex dtype
+    gives its component's limits (complex64: float32's), with ``dtype`` that real dtype, as the
+    standard says.
 
     >>> lf.finfo(lf.float32).eps
     1.1920928955078125e-07
     """
-    d = _dtype_of(type, "finfo")
+    d = dt.real_dtype(_dtype_of(type, "finfo"))
     if not dt.is_floating(d):
         raise TypeError(f"finfo: {d} is not a floating dtype; use lf.iinfo for integers")
     f = ml_dtypes.finfo(d) if d == dt.bfloat16 else np.finfo(d)
@@ -106,7 +107,8 @@ def can_cast(from_: Any, to: Any, /) -> bool:
     a, b = _dtype_of(from_, "can_cast"), _dtype_of(to, "can_cast")
     if a == b:
         return True
-    kinds = [next(k for k in ("bool", "integral", "real floating") if d in KINDS[k]) for d in (a, b)]
+    kinds = [next(k for k in ("bool", "integral", "real floating", "complex floating") if d in KINDS[k])
+             for d in (a, b)]
     if kinds[0] != kinds[1]:  # across kinds: numpy's "safe" rule (bool to anything, small ints to floats)
         return kinds[0] == "bool" or bool(np.can_cast(a, b, "safe"))
     try:
@@ -134,7 +136,7 @@ class Info:
         return [cpu, gpu] if gpu_available() else [cpu]
 
     def default_dtypes(self, *, device: Any = None) -> dict:
-        return {"real floating": dt.float64, "complex floating": None, "integral": dt.int64, "indexing": dt.int64}
+        return {"real floating": dt.float64, "complex floating": dt.complex128, "integral": dt.int64, "indexing": dt.int64}
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict:
         """The standard's dtypes laneflow has (of ``kind``, as :func:`isdtype` takes it), by name;

@@ -3,6 +3,8 @@
 Promotion follows numpy 2 (NEP 50: Python scalars are "weak" and take the array's dtype where the
 kind allows). numpy has no rule for bfloat16, so laneflow defines one and writes it down here:
 bfloat16 promotes exactly as float16 does, and bfloat16 with float16 gives float32 (the JAX rule).
+complex64 and complex128 promote as numpy and the array API agree (float64 with complex64 gives
+complex128; a Python complex is weak).
 
 laneflow has no int16, uint16 or uint64. Where numpy's rules would give one of them, laneflow uses the
 nearest wider dtype it has, and computes in it:
@@ -30,19 +32,25 @@ float16 = np.dtype(np.float16)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
+complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
 
-DTYPES: tuple[np.dtype, ...] = (bool_, int8, uint8, int32, uint32, int64, float16, bfloat16, float32, float64)
+DTYPES: tuple[np.dtype, ...] = (bool_, int8, uint8, int32, uint32, int64, float16, bfloat16, float32, float64,
+                                complex64, complex128)
 FLOAT_DTYPES = (float16, bfloat16, float32, float64)
 INT_DTYPES = (int8, uint8, int32, uint32, int64)
+COMPLEX_DTYPES = (complex64, complex128)
+#: each complex dtype's component (real) dtype, and back: abs, real, imag and finfo read it here
+REAL_OF = {complex64: float32, complex128: float64}
 
 _BY_NAME = {str(d): d for d in DTYPES}
-_BY_NAME.update({"bool": bool_, "bfloat16": bfloat16, "float": float64, "int": int64})
+_BY_NAME.update({"bool": bool_, "bfloat16": bfloat16, "float": float64, "int": int64, "complex": complex128})
 
 
 def dtype(obj: Any) -> np.dtype:
     """Normalise a dtype-like (``lf.float32``, ``"float32"``, ``np.float32``, ``float``) to a laneflow dtype.
 
-    Raises TypeError for dtypes laneflow does not support (complex, strings, objects, uint16...).
+    Raises TypeError for dtypes laneflow does not support (strings, objects, uint16...).
     """
     if isinstance(obj, np.dtype) and obj in _SUPPORTED:
         return obj
@@ -54,6 +62,8 @@ def dtype(obj: Any) -> np.dtype:
         return int64
     if obj is float:
         return float64
+    if obj is complex:
+        return complex128
     try:
         d = np.dtype(obj)
     except TypeError:
@@ -74,6 +84,15 @@ def is_floating(d: np.dtype) -> bool:
 
 def is_integer(d: np.dtype) -> bool:
     return d.kind in "iu"
+
+
+def is_complex(d: np.dtype) -> bool:
+    return d.kind == "c"
+
+
+def real_dtype(d: np.dtype) -> np.dtype:
+    """The component dtype of a complex dtype (complex64 -> float32); any other dtype itself."""
+    return REAL_OF.get(d, d)
 
 
 def _numpy_view(dtypes: list[np.dtype]) -> tuple[list[np.dtype], bool]:
@@ -125,7 +144,7 @@ def result_type(*args: Any) -> np.dtype:
         d = getattr(a, "dtype", None)
         if d is not None and not isinstance(a, (np.generic,)):
             dts.append(dtype(d))
-        elif isinstance(a, (bool, int, float)) and not isinstance(a, np.generic):
+        elif isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
             weak.append(a)
         elif isinstance(a, np.generic):
             dts.append(dtype(a.dtype))

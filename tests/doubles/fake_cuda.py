@@ -128,7 +128,17 @@ class _FakeLt:
             def heur(*a):
                 ctypes.c_int32.from_address(int(a[-1])).value = 1
             return heur
+        if name in _LT_RECORDED:  # planning and running calls: what a test may check (types, scalars)
+            def call(*a):
+                LT_CALLS.append((name, a))
+                return next(_ids)
+            return call
         return lambda *a, **k: next(_ids)
+
+
+#: The cuBLASLt calls :class:`_FakeLt` records in :data:`LT_CALLS`, in order: (name, args).
+_LT_RECORDED = frozenset(("matmul_desc_create", "matrix_layout_create", "matmul"))
+LT_CALLS: list = []
 
 
 class _FakeCublas:

@@ -81,6 +81,8 @@ def _default_dtype(host: np.ndarray, op: str) -> np.dtype:
         return d
     if d.kind == "f":
         return dt.float64
+    if d.kind == "c":
+        return dt.complex128
     wider = dt.wider(d)
     if wider is not None:
         if d.kind == "u" and host.size and int(host.max()) > np.iinfo(wider).max:
@@ -152,3 +154,11 @@ def check_shape(shape: Any, op: str) -> tuple:
 
 def describe(*ds: ArrayData) -> str:
     return ", ".join(f"{d.shape} {d.dtype}" for d in ds)
+
+
+def ordered(op: str, *ds: ArrayData) -> None:
+    """Refuse complex operands of an op that orders values (max, sort, less...): the array API
+    defines no order of complex numbers."""
+    if any(d.dtype.kind == "c" for d in ds):
+        raise TypeError(f"{op}: not defined for complex dtypes (complex numbers have no order); got "
+                        f"{describe(*ds)}; order by lf.real(x) or lf.abs(x) instead")

@@ -83,7 +83,7 @@ def _full(op: str, shape: Any, fill_value: Any, dtype: Any, device: Any, stream:
     shape = check_shape(shape, op)
     to = _dtype(dtype, op)
     if to is None:
-        to = _dtype(type(fill_value) if isinstance(fill_value, (bool, int, float)) else np.asarray(fill_value).dtype, op)
+        to = _dtype(type(fill_value) if isinstance(fill_value, (bool, int, float, complex)) else np.asarray(fill_value).dtype, op)
     try:
         with np.errstate(all="ignore"):
             value = np.array(fill_value, dtype=to)
@@ -164,15 +164,20 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, de
 
 def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None,
              device: Any = None, *, stream: Any = None) -> Array:
-    """``num`` evenly spaced values from start to stop (float64 by default, as numpy).
+    """``num`` evenly spaced values from start to stop (float64 by default, as numpy; complex128 when a
+    bound is complex, as the array API says).
 
     With an integer ``dtype`` the values round towards -inf, as in numpy >= 2.
     """
     st = _stream(device, stream, "linspace")
     if not isinstance(num, (int, np.integer)) or isinstance(num, bool) or num < 0:
         raise ValueError(f"linspace: num must be a non-negative int, got {num!r}")
-    to = _dtype(dtype, "linspace") or dt.float64
-    return node(Linspace(float(start), float(stop), bool(endpoint)), (), (int(num),), to, st)
+    cx = any(isinstance(v, (complex, np.complexfloating)) for v in (start, stop))
+    to = _dtype(dtype, "linspace") or (dt.complex128 if cx else dt.float64)
+    if cx and not dt.is_complex(to):
+        raise TypeError(f"linspace: complex bounds {start!r}, {stop!r} need a complex dtype, got {to}")
+    bound = complex if cx else float
+    return node(Linspace(bound(start), bound(stop), bool(endpoint)), (), (int(num),), to, st)
 
 
 def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = dt.float64, device: Any = None, *,

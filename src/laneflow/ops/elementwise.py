@@ -16,7 +16,7 @@ from .core import broadcast_shapes, cast, describe, node, operand, shared, strea
 from . import table
 from .primitives import Elementwise, Scalar
 
-_PY_SCALARS = (bool, int, float)
+_PY_SCALARS = (bool, int, float, complex)
 _FLOATS = frozenset(dt.FLOAT_DTYPES)
 #: (op, ufunc, forced result, operand dtypes/scalar types) -> (result dtype, common operand dtype)
 _SIGNATURES: dict = {}
@@ -110,6 +110,12 @@ def apply(name: str, args: tuple, stream: Any, fn: str | None = None, infer_with
     key = (name, ufunc, result, tuple(sig))
     hit = _SIGNATURES.get(key)
     if hit is None:
+        row = table.ELEMENTWISE.get(fn or name)
+        if row is not None and row.real_only and (any(d.dtype.kind == "c" for d in datas) or any(
+                isinstance(o, Scalar) and isinstance(o.value, complex) for o in operands)):
+            scalars = [f"a Python {type(o.value).__name__}" for o in operands if isinstance(o, Scalar)]
+            raise TypeError(f"{name}: defined for real values only, not for complex ones (the array API); got "
+                            f"{', '.join([describe(*datas)] + scalars)}; apply it to lf.real(x), lf.imag(x) or lf.abs(x)")
         common = dt.operand_dtype([d.dtype for d in datas]) if result is None else None
         dtype = result if result is not None else _infer(name, ufunc, sig, datas)
         hit = _SIGNATURES[key] = (dtype, common)
@@ -260,26 +266,32 @@ def round(x: Any, /, *, stream: Any = None) -> Array:  # noqa: A001 - the array 
     return apply("round", (x,), stream, fn="rint", infer_with=np.rint)
 
 
-def _real_only(op: str, x: Any) -> Array:
+def _part(op: str, x: Any, stream: Any) -> Array:
+    """``op`` (real, imag, conj) of a complex array, or None for a real one (the caller's answer)."""
     if not isinstance(x, Array):
         raise TypeError(f"{op}: expected an lf.Array, got {type(x).__name__}")
-    if x.dtype.kind not in "iuf" and not dt.is_floating(x.dtype):
-        raise TypeError(f"{op}: laneflow has no complex dtypes yet; got a {x.dtype} array of shape {x.shape}")
-    return x
+    if x.dtype == dt.bool_:
+        raise TypeError(f"{op}: not defined for bool arrays (the array API: numeric dtypes); got {x.shape} bool")
+    if not dt.is_complex(x.dtype):
+        return None
+    return apply(op, (x,), stream, fn=op, infer_with=table.ELEMENTWISE[op].ufunc)
 
 
-def real(x: Any, /) -> Array:
-    """The real part: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
-    return Array._wrap(_real_only("real", x)._data)
+def real(x: Any, /, *, stream: Any = None) -> Array:
+    """The real part (complex64 gives float32); ``x`` itself for real dtypes."""
+    r = _part("real", x, stream)
+    return Array._wrap(x._data) if r is None else r
 
 
-def conj(x: Any, /) -> Array:
-    """The complex conjugate: ``x`` itself for real dtypes (laneflow has no complex dtypes yet)."""
-    return Array._wrap(_real_only("conj", x)._data)
+def conj(x: Any, /, *, stream: Any = None) -> Array:
+    """The complex conjugate; ``x`` itself for real dtypes."""
+    r = _part("conj", x, stream)
+    return Array._wrap(x._data) if r is None else r
 
 
-def imag(x: Any, /) -> Array:
-    """The imaginary part: zeros of ``x``'s shape and dtype for real dtypes."""
+def imag(x: Any, /, *, stream: Any = None) -> Array:
+    """The imaginary part (complex64 gives float32); zeros of ``x``'s shape and dtype for real dtypes."""
     from .creation import zeros_like
 
-    return zeros_like(_real_only("imag", x))
+    r = _part("imag", x, stream)
+    return zeros_like(x) if r is None else r

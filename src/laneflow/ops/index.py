@@ -179,7 +179,8 @@ def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
     else:
         try:
             host = np.asarray(value)
-            if not (host.dtype.kind in "biuf" or host.dtype == dt.bfloat16):  # strings, objects, complex
+            if not (host.dtype.kind in "biuf" or host.dtype == dt.bfloat16 or  # strings, objects
+                    (host.dtype.kind == "c" and dt.is_complex(d.dtype))):  # complex into a real array
                 raise TypeError(f"unsupported element type {host.dtype}")
             with np.errstate(all="ignore"):
                 host = np.array(value, dtype=d.dtype) if np.ndim(value) == 0 else host.astype(d.dtype)

@@ -1,6 +1,8 @@
 """``lf.linalg``: cholesky, solve, inv, qr, eigh, svd with batch dimensions (numpy's semantics).
 
-float32 and float64; integer and bool inputs compute in float64 (as numpy); float16/bfloat16 are
+float32, float64, complex64 and complex128 (Hermitian where the real routine wants symmetric; the
+eigenvalues and singular values of complex matrices are real); integer and bool inputs compute in
+float64 (as numpy); float16/bfloat16 are
 refused (numpy and cuSOLVER have no half-precision factorizations). A matrix the method cannot handle
 (singular for solve/inv, not positive definite for cholesky) raises :class:`lf.LinAlgError` at the
 eval that needs the result, as numpy raises ``LinAlgError``.
@@ -40,7 +42,7 @@ class Factorization(Primitive):
 
 
 def _float_dtype(name: str, d: ArrayData) -> np.dtype:
-    if d.dtype in (dt.float32, dt.float64):
+    if d.dtype in (dt.float32, dt.float64) or dt.is_complex(d.dtype):
         return d.dtype
     if d.dtype in (dt.float16, dt.bfloat16):
         raise TypeError(f"{name}: {d.dtype} is not supported by linear-algebra routines; "
@@ -151,8 +153,8 @@ def eigh(a: Any, UPLO: str = "L", *, stream: Any = None) -> tuple[Array, Array]:
         raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
     d = _matrix("eigh", a, st, square=True)
     to = _float_dtype("eigh", d)
-    return _factor("eigh", {"UPLO": UPLO}, (_cast(d, to, st),), [(d.shape[:-1], to), (d.shape, to)], st,
-                   (True,))
+    return _factor("eigh", {"UPLO": UPLO}, (_cast(d, to, st),), [(d.shape[:-1], dt.real_dtype(to)), (d.shape, to)],
+                   st, (True,))
 
 
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, *, stream: Any = None):
@@ -166,7 +168,7 @@ def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, *, stream: 
     src = (_cast(d, to, st),)
     if not compute_uv:
         return _factor("svd", {"full_matrices": bool(full_matrices), "compute_uv": False}, src,
-                       [(batch + (k,), to)], st, (True,), single=True)
+                       [(batch + (k,), dt.real_dtype(to))], st, (True,), single=True)
     um, vn = (m, n) if full_matrices else (k, k)
-    specs = [(batch + (m, um), to), (batch + (k,), to), (batch + (vn, n), to)]
+    specs = [(batch + (m, um), to), (batch + (k,), dt.real_dtype(to)), (batch + (vn, n), to)]
     return _factor("svd", {"full_matrices": bool(full_matrices), "compute_uv": True}, src, specs, st, (True,))

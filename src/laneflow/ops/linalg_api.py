@@ -16,6 +16,7 @@ from ..graph.node import Primitive
 from . import linalg as _fact
 from .core import as_int, describe, normalize_axes, normalize_axis, operand, outputs, stream_of
 from .elementwise import GENERATED as _ew
+from .elementwise import conj as _ew_conj
 from .elementwise import power, where
 from .index import getitem
 from .manipulation import matrix_transpose
@@ -45,7 +46,8 @@ def _slogdet(op: str, x: Any, stream: Any) -> tuple:
     d = _fact._matrix(op, x, st, square=True)
     to = _fact._float_dtype(op, d)
     batch = d.shape[:-2]
-    return outputs(Slogdet(), (_fact._cast(d, to, st),), [(batch, to), (batch, to), (batch, to), (d.shape, to)], st)
+    real = dt.real_dtype(to)  # log |det| is real; the sign of a complex determinant is det / |det|
+    return outputs(Slogdet(), (_fact._cast(d, to, st),), [(batch, to), (batch, real), (batch, to), (d.shape, to)], st)
 
 
 def slogdet(x: Any, /, *, stream: Any = None) -> SlogdetResult:
@@ -132,7 +134,8 @@ def outer(x1: Any, x2: Any, /, *, stream: Any = None) -> Array:
 
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, stream: Any = None) -> Array:
-    """Dot product of vectors along ``axis`` (broadcast over the other axes)."""
+    """Dot product of vectors along ``axis`` (broadcast over the other axes); a complex ``x1`` is
+    conjugated first, as the array API says (``sum(conj(x1) * x2)``)."""
     st = stream_of(stream, "vecdot")
     a, b = Array._wrap(operand(x1, st, "vecdot")), Array._wrap(operand(x2, st, "vecdot"))
     nd = max(a.ndim, b.ndim)
@@ -141,7 +144,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, stream: Any = None) -> Array:
     ax = normalize_axis(axis, nd, "vecdot") - nd
     if -ax > min(a.ndim, b.ndim) or a.shape[ax] != b.shape[ax]:
         raise ValueError(f"vecdot: axis {axis} differs in size: {describe(a._data, b._data)}")
-    return _sum(_ew["multiply"](a, b, stream=st), ax, dtype=dt.result_type(a, b), stream=st)
+    return _sum(_ew["multiply"](_ew_conj(a, stream=st), b, stream=st), ax, dtype=dt.result_type(a, b), stream=st)
 
 
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2, stream: Any = None) -> Array:
@@ -222,12 +225,13 @@ def pinv(x: Any, /, *, rtol: Any = None, stream: Any = None) -> Array:
     u, s, vh = _fact.svd(a, full_matrices=False, stream=st)
     tol = _tol(s, a, rtol, st)
     inv_s = where(_ew["greater"](s, tol, stream=st), _ew["divide"](1.0, s, stream=st), 0.0, stream=st)
-    return matmul(matrix_transpose(vh) * expand_dims(inv_s, -2, stream=st), matrix_transpose(u), stream=st)
+    return matmul(_ew_conj(matrix_transpose(vh)) * expand_dims(inv_s, -2, stream=st),
+                  _ew_conj(matrix_transpose(u)), stream=st)
 
 
 def _tol(s: Array, a: Array, rtol: Any, st) -> Any:
     if rtol is None:
-        rtol = max(a.shape[-2:]) * dt.finfo_eps(a.dtype)
+        rtol = max(a.shape[-2:]) * dt.finfo_eps(dt.real_dtype(a.dtype))
     largest = _max(s, -1, True, stream=st) if s.shape[-1] else 0.0
     return _ew["multiply"](largest, rtol if not isinstance(rtol, Array) else expand_dims(rtol, -1, stream=st),
                            stream=st)
@@ -249,16 +253,16 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     any real p, ``inf`` (largest absolute value), ``-inf`` (smallest) and 0 (count of nonzeros)."""
     st = stream_of(stream, "vector_norm")
     a = Array._wrap(operand(x, st, "vector_norm"))
-    if not dt.is_floating(a.dtype):
+    if not dt.is_floating(a.dtype) and not dt.is_complex(a.dtype):
         a = astype(a, dt.float64, stream=st)
     axes = normalize_axes(axis, a.ndim, "vector_norm")
-    m = _ew["abs"](a, stream=st)
+    m = _ew["abs"](a, stream=st)  # real, also for complex a
     if ord == math.inf:
         return _max(m, axes, keepdims, stream=st) if a.size else _sum(m, axes, keepdims, stream=st)
     if ord == -math.inf:
         return _min(m, axes, keepdims, stream=st)
     if ord == 0:
-        return astype(_sum(_ew["not_equal"](m, 0, stream=st), axes, keepdims, stream=st), a.dtype, stream=st)
+        return astype(_sum(_ew["not_equal"](m, 0, stream=st), axes, keepdims, stream=st), m.dtype, stream=st)
     if ord == 1:
         return _sum(m, axes, keepdims, stream=st)
     if ord == 2:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import cast, describe, node, normalize_axes, normalize_axis, operand, shared, stream_of
+from .core import cast, describe, node, normalize_axes, normalize_axis, operand, ordered, shared, stream_of
 from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
 from .table import REDUCTIONS
 
@@ -40,6 +40,11 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
     st = stream_of(stream, name)
     d = operand(x, st, name)
     axes = normalize_axes(axis, len(d.shape), name)
+    if REDUCTIONS[name].combine in ("maximum", "minimum"):
+        ordered(name, d)
+    if REDUCTIONS[name].moments and dt.is_complex(d.dtype):
+        raise TypeError(f"{name}: not defined for complex dtypes (the array API: real floating); got {describe(d)}; "
+                        f"take {name} of lf.real(x) and lf.imag(x), or of lf.abs(x)")
     if not REDUCTIONS[name].empty_ok and builtins.any(d.shape[a] == 0 for a in axes):  # (this module shadows any)
         raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
@@ -142,6 +147,7 @@ def all(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any = None)
 def _arg(name: str, x: Any, axis: Any, keepdims: bool, stream: Any) -> Array:
     st = stream_of(stream, name)
     d = operand(x, st, name)
+    ordered(name, d)
     if axis is None:
         if d.size == 0:
             raise ValueError(f"{name}: attempt to get {name} of an empty array {describe(d)}")
@@ -173,6 +179,7 @@ def softmax(x: Any, axis: Any = -1, *, stream: Any = None) -> Array:
     """``exp(x) / sum(exp(x))`` along ``axis`` (default: last), computed stably (max subtracted)."""
     st = stream_of(stream, "softmax")
     d = operand(x, st, "softmax")
+    ordered("softmax", d)  # (it subtracts the maximum)
     axes = normalize_axes(axis, len(d.shape), "softmax")
     return node(shared(Softmax, axes), (d,), d.shape, _float_result("softmax", d), st)
 
@@ -181,6 +188,7 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False, *, stream: Any =
     """``log(sum(exp(x)))`` along ``axis`` (None: all), computed stably."""
     st = stream_of(stream, "logsumexp")
     d = operand(x, st, "logsumexp")
+    ordered("logsumexp", d)
     axes = normalize_axes(axis, len(d.shape), "logsumexp")
     return node(shared(LogSumExp, axes, bool(keepdims)), (d,), _out_shape(d.shape, axes, keepdims),
                 _float_result("logsumexp", d), st)

@@ -23,6 +23,10 @@ def astype(x: Any, dtype: Any, *, copy: bool = True, device: Any = None, stream:
 
     As in C and numpy, converting NaN, infinity or a float outside the integer dtype's range (a
     negative float into uint8, say) gives an unspecified value, which may differ between devices.
+
+    Real dtypes convert to complex ones (imaginary part zero); complex to a real numeric dtype is
+    refused, as the array API says (numpy silently drops the imaginary part): cast ``lf.real(x)`` or
+    ``lf.imag(x)``. Complex to bool is ``x != 0``.
     """
     st = stream_of(stream if device is None else device, "astype")
     d = operand(x, st, "astype")
@@ -32,6 +36,9 @@ def astype(x: Any, dtype: Any, *, copy: bool = True, device: Any = None, stream:
         raise TypeError(f"astype: {e}") from None
     if to == d.dtype:
         return _same(d, st)
+    if dt.is_complex(d.dtype) and not dt.is_complex(to) and to != dt.bool_:
+        raise TypeError(f"astype: a complex array {describe(d)} does not cast to the real dtype {to} (the array "
+                        "API leaves the imaginary part's fate to the caller); cast lf.real(x) or lf.imag(x) instead")
     return node(shared(AsType, to), (d,), d.shape, to, st)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import cast, describe, node, normalize_axis, operand, stream_of
+from .core import cast, describe, node, normalize_axis, operand, ordered, stream_of
 from .primitives import Scan, SearchSorted, Sort
 from .reduce import _result_dtype
 
@@ -18,6 +18,7 @@ from .reduce import _result_dtype
 def _sort(name: str, x: Any, axis: int, descending: bool, stable: bool, stream: Any, arg: bool) -> Array:
     st = stream_of(stream, name)
     d = operand(x, st, name)
+    ordered(name, d)
     if not d.shape:
         raise ValueError(f"{name}: a 0-d array has no axis to sort; reshape it to (1,) first")
     ax = normalize_axis(axis, len(d.shape), name)
@@ -50,6 +51,7 @@ def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None,
         from .index import take
 
         a = take(Array._wrap(a), sorter, stream=st)._data
+    ordered("searchsorted", a, v)
     try:
         common = dt.result_type(a.dtype, v.dtype)
     except (TypeError, np.exceptions.DTypePromotionError) as e:

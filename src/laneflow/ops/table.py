@@ -40,6 +40,11 @@ class Elementwise:
     host-side check.
     ``public``: ``lf.<name>`` is generated from this row (False: a hand-written constructor in
     ``ops/elementwise.py`` builds it, e.g. ``where`` and ``power``, or it is internal: ``identity``).
+    ``complex_reference``: the CPU computation ``complex_reference(z)`` for complex inputs where numpy's
+    ufunc misses the array API's special cases (expm1 of infinities).
+    ``real_only``: defined for real values only (the array API orders no complex numbers, and gives
+    these functions no complex meaning; numpy has no complex erf either); complex operands raise
+    TypeError naming the op, on every backend.
     """
 
     name: str
@@ -51,6 +56,8 @@ class Elementwise:
     validated: tuple[int, ...] = ()
     fuses: bool = True
     public: bool = True
+    real_only: bool = False
+    complex_reference: Callable | None = None
     doc: str = ""
 
     @property
@@ -95,6 +102,29 @@ def _silu(x):
     return x / (x.dtype.type(1.0) + np.exp(-x))
 
 
+def _expm1_complex(z):
+    """``exp(z) - 1`` without cancellation for small z; the standard's special cases (those of exp, less
+    one) where a part is infinite or NaN, which numpy's complex expm1 does not give."""
+    z = np.asarray(z)
+    x, y = z.real, z.imag
+    s = np.sin(y / 2)
+    near = (np.expm1(x) * np.cos(y) - 2 * s * s) + 1j * (np.exp(x) * np.sin(y))
+    return np.where(np.isfinite(z), near, np.exp(z) - 1).astype(z.dtype, copy=False)
+
+
+def _tanh_complex(z):
+    """numpy's complex tanh, with the standard's value at an infinite real part and a finite imaginary
+    one: ``+-1 + 0j`` with the zero's sign the imaginary part's (numpy signs it by ``sin(2 im)``)."""
+    z = np.asarray(z)
+    with np.errstate(all="ignore"):
+        r = np.array(np.tanh(z), dtype=z.dtype, copy=True)
+    at = np.isinf(z.real) & np.isfinite(z.imag)
+    if at.any():
+        r.real[at] = np.copysign(1, z.real[at])
+        r.imag[at] = np.copysign(0, z.imag[at])
+    return r
+
+
 def _where(dtype, c, a, b):
     # Both branches in the result dtype first: numpy has no common dtype for some pairs laneflow
     # promotes (bfloat16 with float16 gives float32).
@@ -115,41 +145,50 @@ def _b(name: str, npname: str | None = None, **kw) -> Elementwise:
 
 #: Every elementwise op, by name (the name is also the primitive's ``fn``).
 ELEMENTWISE: dict[str, Elementwise] = _rows(
-    _b("add"), _b("subtract"), _b("multiply"), _b("divide"), _b("floor_divide"), _b("remainder"),
+    _b("add"), _b("subtract"), _b("multiply"), _b("divide"), _b("floor_divide", real_only=True), _b("remainder", real_only=True),
     # integers to negative integer powers are refused, as in numpy: checked on the host when it can
     _b("power", validated=(1,), fuses=False, public=False),
-    _b("maximum"), _b("minimum"),
-    _b("logaddexp", doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
-    _b("hypot", doc="``sqrt(a**2 + b**2)`` without intermediate overflow (numpy's ``np.hypot``)."),
-    _b("nextafter", doc="The next representable value after ``a`` towards ``b``, in ``a``'s floating dtype "
-                        "(numpy's ``np.nextafter``; integers give float64)."),
-    _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True),
-    _b("less_equal", predicate=True), _b("greater", predicate=True), _b("greater_equal", predicate=True),
+    _b("maximum", real_only=True), _b("minimum", real_only=True),
+    _b("logaddexp", real_only=True, doc="``log(exp(a) + exp(b))`` computed without overflow (numpy's ``np.logaddexp``)."),
+    _b("hypot", real_only=True, doc="``sqrt(a**2 + b**2)`` without intermediate overflow (numpy's ``np.hypot``)."),
+    _b("nextafter", real_only=True,
+       doc="The next representable value after ``a`` towards ``b``, in ``a``'s floating dtype "
+           "(numpy's ``np.nextafter``; integers give float64)."),
+    _b("equal", predicate=True), _b("not_equal", predicate=True), _b("less", predicate=True, real_only=True),
+    _b("less_equal", predicate=True, real_only=True), _b("greater", predicate=True, real_only=True),
+    _b("greater_equal", predicate=True, real_only=True),
     _b("logical_and", predicate=True), _b("logical_or", predicate=True),
     _u("negative"), _u("abs", "absolute"), _u("sign"), _u("exp"), _u("log"), _u("log1p"), _u("sqrt"),
-    _u("square"), _u("sin"), _u("cos"), _u("tanh"),
+    _u("square"), _u("sin"), _u("cos"), _u("tanh", complex_reference=_tanh_complex),
     _u("logical_not", predicate=True), _u("isnan", predicate=True), _u("isfinite", predicate=True),
     # the array API standard's elementwise functions (numpy's ufuncs, under the standard's names)
     _u("acos", "arccos"), _u("acosh", "arccosh"), _u("asin", "arcsin"), _u("asinh", "arcsinh"),
-    _u("atan", "arctan"), _u("atanh", "arctanh"), _b("atan2", "arctan2"), _u("cosh"), _u("sinh"), _u("tan"),
-    _u("expm1"), _u("log2"), _u("log10"), _u("ceil"), _u("floor"), _u("trunc"),
+    _u("atan", "arctan"), _u("atanh", "arctanh"), _b("atan2", "arctan2", real_only=True), _u("cosh"), _u("sinh"), _u("tan"),
+    _u("expm1", complex_reference=_expm1_complex), _u("log2"), _u("log10"), _u("ceil", real_only=True), _u("floor", real_only=True), _u("trunc", real_only=True),
     _u("rint", public=False, doc="Round to the nearest integer, halves to even (``lf.round`` of floats)."),
-    _u("positive"), _u("reciprocal"), _b("copysign"),
-    _u("isinf", predicate=True), _u("signbit", predicate=True), _b("logical_xor", predicate=True),
+    _u("positive"), _u("reciprocal"), _b("copysign", real_only=True),
+    _u("isinf", predicate=True), _u("signbit", predicate=True, real_only=True), _b("logical_xor", predicate=True),
     _b("bitwise_and"), _b("bitwise_or"), _b("bitwise_xor"), _u("bitwise_invert", "invert"),
     _b("bitwise_left_shift", "left_shift"), _b("bitwise_right_shift", "right_shift"),
     Elementwise("rsqrt", 1, like="exp", reference=lambda dtype, x: 1.0 / np.sqrt(compute_in(x, dtype)),
                 doc="Elementwise ``1 / sqrt(x)``; integer inputs give floats as ``np.sqrt`` does."),
     Elementwise("sigmoid", 1, like="exp", reference=lambda dtype, x: 1.0 / (1.0 + np.exp(-compute_in(x, dtype))),
                 doc="Elementwise logistic function ``1 / (1 + exp(-x))``."),
-    Elementwise("erf", 1, like="exp", reference=_erf, doc="Elementwise Gauss error function."),
+    Elementwise("erf", 1, like="exp", reference=_erf, real_only=True, doc="Elementwise Gauss error function."),
     # the activations of lf.nn (public there, not as lf.<name>): one fused step each
-    Elementwise("gelu", 1, like="exp", reference=_gelu, public=False,
+    Elementwise("gelu", 1, like="exp", reference=_gelu, public=False, real_only=True,
                 doc="``0.5 x (1 + erf(x / sqrt 2))``: GELU as defined (``lf.nn.gelu``)."),
-    Elementwise("gelu_tanh", 1, like="exp", reference=_gelu_tanh, public=False,
+    Elementwise("gelu_tanh", 1, like="exp", reference=_gelu_tanh, public=False, real_only=True,
                 doc="``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``: GELU's tanh approximation."),
     Elementwise("silu", 1, like="exp", reference=lambda dtype, x: _silu(compute_in(x, dtype)), public=False,
                 doc="``x / (1 + exp(-x))`` (SiLU, swish)."),
+    # complex parts (built by ops/elementwise.real/imag/conj; real inputs are returned as they are).
+    # real and imag have numpy's absolute's dtype rule: complex64 gives float32
+    Elementwise("real", 1, like="absolute", reference=lambda dtype, x: np.real(x), public=False,
+                doc="The real part of a complex number."),
+    Elementwise("imag", 1, like="absolute", reference=lambda dtype, x: np.imag(x), public=False,
+                doc="The imaginary part of a complex number."),
+    _u("conj", "conjugate", public=False, doc="The complex conjugate."),
     # ``where(c, x, y)``: the dtype of x and y promoted (built by ops/elementwise.where)
     Elementwise("where", 3, like="add", reference=_where, public=False),
     # a dtype conversion as a step of a fused kernel (what astype computes): the cast is the work

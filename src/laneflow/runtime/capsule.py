@@ -50,8 +50,9 @@ class DLManagedTensorVersioned(C.Structure):
                 ("flags", C.c_uint64), ("dl_tensor", DLTensor)]
 
 
-# (kind, itemsize) <-> (DLPack type code, bits). bfloat16 is its own code; bool is kDLBool.
-_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+# (kind, itemsize) <-> (DLPack type code, bits). bfloat16 is its own code; bool is kDLBool; complex is
+# kDLComplex with the bits of both parts (complex64: 64).
+_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _BFLOAT = 4
 
 
@@ -73,7 +74,7 @@ def np_dtype(code: int, bits: int, lanes: int) -> np.dtype:
         return np.dtype(ml_dtypes.bfloat16)
     if code == 6 and bits == 8:
         return np.dtype(np.bool_)
-    kind = {0: "i", 1: "u", 2: "f"}.get(code)
+    kind = {0: "i", 1: "u", 2: "f", 5: "c"}.get(code)
     if kind is None or bits % 8:
         raise BufferError(f"from_dlpack: DLPack dtype (code {code}, {bits} bits) is not supported")
     return np.dtype(f"{kind}{bits // 8}")
@@ -118,7 +119,8 @@ def make_capsule(ptr: int, shape: tuple, dtype: np.dtype, device: tuple[int, int
     code, bits = dl_dtype(dtype)
     shape = tuple(int(n) for n in shape)
     nd = len(shape)
-    stand_in = np.dtype(np.bool_) if dtype.kind == "b" else np.dtype(f"u{dtype.itemsize}")
+    # (numpy has no 16-byte unsigned type: complex stands in for itself)
+    stand_in = np.dtype(dtype) if dtype.kind in "bc" else np.dtype(f"u{dtype.itemsize}")
     hold = _Hold(max(8, dtype.itemsize), owner)
     one = np.frombuffer(hold, dtype=stand_in, count=1)
     placeholder = np.lib.stride_tricks.as_strided(one.reshape(()), shape=shape, strides=(0,) * nd)

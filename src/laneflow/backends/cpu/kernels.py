@@ -28,6 +28,8 @@ _HALF = (float16, bfloat16)
 #: or, for ops numpy has no ufunc for, ``reference(out_dtype, *args)`` whose result is cast into the output.
 UFUNCS = {row.name: getattr(np, row.numpy) for row in ELEMENTWISE.values() if row.numpy}
 SPECIAL = {row.name: row.reference for row in ELEMENTWISE.values() if not row.numpy}
+#: ops whose complex results numpy's ufunc gets wrong at the standard's special cases
+COMPLEX_SPECIAL = {row.name: row.complex_reference for row in ELEMENTWISE.values() if row.complex_reference}
 
 
 def elementwise(lane, prim, ins, outs):
@@ -36,6 +38,9 @@ def elementwise(lane, prim, ins, outs):
 
 
 def _apply(fn, args, out):
+    if fn in COMPLEX_SPECIAL and out.dtype.kind == "c":
+        np.copyto(out, COMPLEX_SPECIAL[fn](*args), casting="unsafe")
+        return
     f = UFUNCS.get(fn)
     if f is not None:
         f(*args, out=out, casting="unsafe")
@@ -151,7 +156,8 @@ def scan(lane, prim, ins, outs):
     out, ax = outs[0], prim.axis
     r = (np.cumsum if prim.op == "sum" else np.cumprod)(ins[0], axis=ax, dtype=_accumulator(out.dtype))
     if prim.include_initial:
-        np.copyto(out[(slice(None),) * ax + (0,)], 0 if prim.op == "sum" else 1, casting="unsafe")
+        # (a slice, not an index: an index into a 1-d output is a numpy scalar copyto cannot write)
+        np.copyto(out[(slice(None),) * ax + (slice(0, 1),)], 0 if prim.op == "sum" else 1, casting="unsafe")
         out = out[(slice(None),) * ax + (slice(1, None),)]
     np.copyto(out, r, casting="unsafe")
 

@@ -17,6 +17,11 @@ solves ``A^T X = I`` with the LU of the buffer (``A^T``), whose column-major X i
 row-major order; solve with several right-hand sides, qr, eigh's vectors and svd of a tall matrix
 transpose through the strided-copy kernel.
 
+Complex matrices take cuSOLVER's c/z routines (ungqr and heevd for orgqr and syevd). The layout trick
+holds because it rests on plain transposes: for a Hermitian A the buffer is ``A^T = conj(A)``, whose
+Cholesky factor seen row-major is A's, and whose eigenvectors are A's conjugated (eigh conjugates them
+after the transpose); getrs' ``OP_T`` is the plain transpose; svd's factors need no conjugation.
+
 Errors: numpy raises ``LinAlgError`` for a matrix that is not positive definite (cholesky), singular
 (solve, inv), or when eigh/svd do not converge. cuSOLVER reports that in ``devInfo`` on the device;
 a one-thread kernel copies the first failure into a check slot (:mod:`.checks`) and the command's
@@ -44,7 +49,9 @@ from ...errors import FINITE_ONLY, LaneflowError, LinAlgError, non_finite_input
 from .checks import deferred
 from .driver import check
 from .handles import device_handles
+from .kernels import cdefs as C
 from .kernels.copy import strided_copy
+from .kernels.elementwise import run as elementwise_run
 from .kernels.launch import grid_1d
 from .kernels.plan import broadcast_strides, contiguous_strides
 
@@ -80,7 +87,12 @@ class SolverLib:
         return device_handles(self.ctx).pool("cusolverDn-graph")  # made before the capture (cudagraph.capture)
 
     def fn(self, dtype, name: str):
-        return getattr(self.sv, ("s" if dtype == np.float32 else "d") + name)
+        """cuSOLVER's routine ``name`` for dtype: its s/d/c/z variant, under the complex name where
+        LAPACK's differs (orgqr is ungqr, syevd heevd)."""
+        if dtype.kind == "c":
+            base, _, tail = name.partition("_")
+            name = _COMPLEX_NAMES.get(base, base) + ("_" + tail if tail else "")
+        return getattr(self.sv, _PREFIX[np.dtype(dtype).name] + name)
 
     def lwork(self, lane, dtype, name: str, *args) -> int:
         """Workspace elements from ``<t><name>_bufferSize(handle, *args)``, cached by the integer arguments."""
@@ -91,6 +103,11 @@ class SolverLib:
                 v = int(self.fn(dtype, name + "_buffer_size")(h, *[int(a) for a in args]))
             self._lwork[key] = v
         return v
+
+
+#: cuSOLVER's type letter of each dtype, and the complex names of the real routines that differ
+_PREFIX = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
+_COMPLEX_NAMES = {"orgqr": "ungqr", "syevd": "heevd"}
 
 
 class _Ptr(int):
@@ -208,7 +225,7 @@ def _build_finite(dtype):
     src = (f'extern "C" __global__ void lf_finite_scan(const {T}* a, long long total, unsigned long long* slot) {{\n'
            "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;"
            " i += (long long)blockDim.x * gridDim.x) {\n"
-           "    if (!isfinite(a[i])) { slot[0] = 1ULL; return; }\n  }\n}\n")
+           "    if (!lf_isfinite(a[i])) { slot[0] = 1ULL; return; }\n  }\n}\n")
     return src, "lf_finite_scan", "pqp"
 
 
@@ -227,7 +244,7 @@ def _defer_finite(lane, op: str, a) -> None:
 # -- small kernels: zero a triangle, write identities --------------------------------------------
 
 def _ctype(dtype) -> str:
-    return "float" if dtype == np.float32 else "double"
+    return C.storage(dtype)  # float, double, lf_c64, lf_c128
 
 
 def _build_tri(dtype):
@@ -406,12 +423,16 @@ def eigh(lane, lib: SolverLib, call: _Call, prim, a, w, v) -> None:
     t = call.alloc(a.nbytes)
     _copy(lane, t, a.ptr, a.nbytes)
     lwork = lib.lwork(lane, dt, "syevd", lib.VECTOR, uplo, n, _Ptr(t), n, _Ptr(w.ptr))
-    syevd = lib.fn(dt, "syevd")
+    syevd = lib.fn(dt, "syevd")  # (heevd for complex)
+    wsz = w.dtype.itemsize  # eigenvalues are real
     with _Scratch(lib, call, [4 * B, lwork * isz]) as (h, (info, work)):
         for b in range(B):
-            syevd(h, lib.VECTOR, uplo, n, t + b * n * n * isz, n, w.ptr + b * n * isz, work, lwork, info + 4 * b)
+            syevd(h, lib.VECTOR, uplo, n, t + b * n * n * isz, n, w.ptr + b * n * wsz, work, lwork, info + 4 * b)
         # column-major eigenvectors (columns) -> row-major v with v[:, i] the i-th eigenvector
         _transpose(lane, v.ptr, t, dt, B, n, n)
+        if dt.kind == "c":
+            # The buffer held A^T = conj(A) (A Hermitian): its eigenvectors are those of A conjugated.
+            elementwise_run(lane, "conj", (0,), [v], v)
         _defer_info(lane, "eigh", "Eigenvalues did not converge", "{} off-diagonal elements did not converge", info, B, prim)
 
 
@@ -438,7 +459,8 @@ def svd(lane, lib: SolverLib, call: _Call, prim, a, outs) -> None:
     wide = n >= m
     if wide:
         # Column-major A^T (n x m, rows >= cols): A^T = U' S V'^T, so u = V' (row-major = VT' as stored)
-        # and vh = U'^T (row-major = U' as stored): no transposes.
+        # and vh = U'^T (row-major = U' as stored): no transposes. Complex: A^T = U' S V'^H gives
+        # A = conj(V') S U'^T, and the row-major view of the stored V'^H is conj(V'): still no copies.
         _copy(lane, t, a.ptr, a.nbytes)
         rows, cols = n, m
     else:
@@ -459,7 +481,7 @@ def svd(lane, lib: SolverLib, call: _Call, prim, a, outs) -> None:
     lwork = lib.lwork(lane, dt, "gesvd", rows, cols)
     with _Scratch(lib, call, [4 * B, lwork * isz]) as (h, (info, work)):
         for b in range(B):
-            gesvd(h, jobu, jobvt, rows, cols, t + b * rows * cols * isz, rows, s.ptr + b * k * isz,
+            gesvd(h, jobu, jobvt, rows, cols, t + b * rows * cols * isz, rows, s.ptr + b * k * s.dtype.itemsize,
                   ubuf + b * rows * ucols * isz if uv else 0, rows,
                   vtbuf + b * cols * cols * isz if uv else 0, cols, work, lwork, 0, info + 4 * b)
         _defer_info(lane, "svd", "SVD did not converge", "{} superdiagonals did not converge", info, B, prim)

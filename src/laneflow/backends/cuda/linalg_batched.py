@@ -281,8 +281,8 @@ def linalg(lane, prim, ins, outs) -> None:
     """The ``linalg`` primitive kind on a CUDA lane: the batched path when :func:`takes_batched` says so,
     else the per-matrix loop of :mod:`.linalg`."""
     name = prim.name
-    if not takes_batched(name, [x.shape for x in ins], [o.shape for o in outs]):
-        return looped.linalg(lane, prim, ins, outs)
+    if ins[0].dtype.kind == "c" or not takes_batched(name, [x.shape for x in ins], [o.shape for o in outs]):
+        return looped.linalg(lane, prim, ins, outs)  # complex: the loop's c/z routines (not batched here)
     if name in looped.NOT_CAPTURABLE and not BATCHED_CAPTURES.get(name) and lane.ctx.memory.capture is not None:
         raise LaneflowError(f"{name}: cuSOLVER's {ROUTINES[name]} is not known to capture into a CUDA graph "
                             "(BATCHED_CAPTURES; tools/probe_solver_capture.py); the compiled function replays "

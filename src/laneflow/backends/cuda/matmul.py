@@ -8,8 +8,9 @@ broadcast is materialised first. A plan (descriptors, layouts, the algorithm the
 is cached by dtype, shape, batch strides and the TF32 setting, so a repeated matmul is not re-planned.
 
 float16/bfloat16 accumulate in float32; float32 does not use TF32 unless enabled with
-:func:`set_allow_tf32` (or ``LANEFLOW_ALLOW_TF32=1``); float64 computes in float64. Integer and
-bool products run in a simple kernel with numpy's wrapping arithmetic.
+:func:`set_allow_tf32` (or ``LANEFLOW_ALLOW_TF32=1``); float64 computes in float64; complex64 and
+complex128 are cuBLASLt's C and Z products (``CUDA_C_32F``/``CUDA_C_64F`` data and scale types, 32F/64F
+compute). Integer and bool products run in a simple kernel with numpy's wrapping arithmetic.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from .kernels.pointers import upload_for_graph
 
 _allow_tf32 = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
 WORKSPACE_BYTES = LT_WORKSPACE_BYTES
-_CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}  # cudaDataType_t
+_CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "complex64": 4, "complex128": 5}  # cudaDataType_t
+#: per dtype: (cuBLAS compute type, scale type (cudaDataType_t of alpha and beta), their host dtype)
+_COMPUTE_OF = {
+    "float16": ("COMPUTE_32F", 0, np.float32), "bfloat16": ("COMPUTE_32F", 0, np.float32),
+    "float32": ("COMPUTE_32F", 0, np.float32), "float64": ("COMPUTE_64F", 1, np.float64),
+    "complex64": ("COMPUTE_32F", 4, np.complex64), "complex128": ("COMPUTE_64F", 5, np.complex128),
+}
 
 
 def set_allow_tf32(allow: bool) -> None:
@@ -97,11 +104,8 @@ class MatmulLib:
         ct = cublas.ComputeType
         name = C.dname(dtype)
         dtype_id = _CUDA_TYPE[name]
-        if name == "float64":
-            compute, scale, sdt = ct.COMPUTE_64F, 1, np.float64
-        else:
-            compute = ct.COMPUTE_32F_FAST_TF32 if tf32 else ct.COMPUTE_32F
-            scale, sdt = 0, np.float32
+        compute_name, scale, sdt = _COMPUTE_OF[name]
+        compute = ct.COMPUTE_32F_FAST_TF32 if tf32 else getattr(ct, compute_name)
         p = _Plan()
         p.keep = []
         p.desc = lt.matmul_desc_create(int(compute), scale)
@@ -372,10 +376,8 @@ def _compute_type(cublas, dtype) -> tuple[int, np.ndarray, np.ndarray]:
     hit = _COMPUTE.get((dtype, tf32))
     if hit is None:
         ct = cublas.ComputeType
-        if dtype == dt.float64:
-            hit = int(ct.COMPUTE_64F), np.ones(1, np.float64), np.zeros(1, np.float64)
-        else:
-            hit = int(ct.COMPUTE_32F_FAST_TF32 if tf32 else ct.COMPUTE_32F), np.ones(1, np.float32), np.zeros(1, np.float32)
+        compute_name, _, sdt = _COMPUTE_OF[C.dname(dtype)]
+        hit = int(ct.COMPUTE_32F_FAST_TF32 if tf32 else getattr(ct, compute_name)), np.ones(1, sdt), np.zeros(1, sdt)
         _COMPUTE[(dtype, tf32)] = hit
     return hit
 

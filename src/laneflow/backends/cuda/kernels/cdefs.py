@@ -5,13 +5,16 @@ max/min).
 
 Every dtype has a *storage* C type (what a buffer holds: float16 and bfloat16 are 16-bit words) and a
 *compute* C type (what expressions use: float16 and bfloat16 compute in float, as numpy's loops do).
+complex64 and complex128 are ``lf_c64`` and ``lf_c128`` (``lf_cx<float>``, ``lf_cx<double>``: a real and
+an imaginary part, numpy's layout), with arithmetic operators and the math functions overloaded in
+:data:`COMPLEX_PREAMBLE`, so most expressions of ``expressions.py`` serve them unchanged.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ....dtypes import bfloat16, float16
+from ....dtypes import REAL_OF, bfloat16, float16
 
 _HALF = (float16, bfloat16)
 
@@ -19,13 +22,14 @@ STORAGE = {
     "bool": "bool", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
     "uint16": "unsigned short", "int32": "int", "uint32": "unsigned", "int64": "long long",
     "uint64": "unsigned long long", "float16": "unsigned short", "bfloat16": "unsigned short",
-    "float32": "float", "float64": "double",
+    "float32": "float", "float64": "double", "complex64": "lf_c64", "complex128": "lf_c128",
 }
 COMPUTE = dict(STORAGE, float16="float", bfloat16="float")
 #: kernel-parameter type code (see launch.py) of each dtype's compute type
 PARAM = {
     "bool": "?", "int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
     "int64": "q", "uint64": "Q", "float16": "f", "bfloat16": "f", "float32": "f", "float64": "d",
+    "complex64": "F", "complex128": "Z",
 }
 
 
@@ -49,7 +53,7 @@ def compute(dt: np.dtype) -> str:
 
 
 def kind(dt: np.dtype) -> str:
-    """'b' bool, 'i' signed, 'u' unsigned, 'f' floating (incl. bfloat16)."""
+    """'b' bool, 'i' signed, 'u' unsigned, 'f' floating (incl. bfloat16), 'c' complex."""
     dt = np.dtype(dt)
     if dt == bfloat16:
         return "f"
@@ -88,6 +92,13 @@ def conv(expr: str, src: np.dtype, dst: np.dtype) -> str:
     ks, kd = kind(src), kind(dst)
     if kd == "b":
         return f"(({expr}) != 0)"
+    if kd == "c":  # a real value has imaginary part 0; complex128 <-> complex64 converts each part
+        part = REAL_OF[np.dtype(dst)]
+        if ks == "c":
+            return f"{compute(dst)}(lf_cre({expr}), lf_cim({expr}))"
+        return f"{compute(dst)}({conv(expr, src, part)})"
+    if ks == "c":  # complex -> real (astype refuses it; numpy's rule, the real part, for internal casts)
+        return conv(f"lf_cre({expr})", REAL_OF[np.dtype(src)], dst)
     if d in ("float16", "bfloat16"):
         rt = "lf_h2f" if d == "float16" else "lf_b2f"
         if s in ("float16", "bfloat16", "float32"):
@@ -263,3 +274,156 @@ __device__ __forceinline__ bool lf_isinf(double x) { return isinf(x); }
 __device__ __forceinline__ bool lf_signbit(float x) { return signbit(x); }
 __device__ __forceinline__ bool lf_signbit(double x) { return signbit(x); }
 """
+
+# Complex numbers: numpy's layout (real part, then imaginary), operators as hidden friends so that a
+# real operand converts (``z != 0``, ``(lf_c64)1 / z``); the default constructor stays trivial so the
+# type may live in shared memory and vector structs. The functions follow C99 Annex G's formulas (what
+# numpy's npy_c* compute) with the array API's special cases for infinities and zeros where marked.
+COMPLEX_PREAMBLE = r"""
+#ifndef NAN
+#define NAN (__int_as_float(0x7fc00000))
+#endif
+template <class T> struct alignas(2 * sizeof(T)) lf_cx {
+  T re, im;
+  lf_cx() = default;
+  __host__ __device__ lf_cx(T r, T i = T(0)) : re(r), im(i) {}
+  friend __device__ __forceinline__ lf_cx operator+(lf_cx a, lf_cx b) { return lf_cx(a.re + b.re, a.im + b.im); }
+  friend __device__ __forceinline__ lf_cx operator-(lf_cx a, lf_cx b) { return lf_cx(a.re - b.re, a.im - b.im); }
+  friend __device__ __forceinline__ lf_cx operator*(lf_cx a, lf_cx b) {
+    return lf_cx(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);
+  }
+  // Smith's division (numpy's): no overflow from squaring the divisor
+  friend __device__ __forceinline__ lf_cx operator/(lf_cx a, lf_cx b) {
+    T ar = lf_abs(b.re), ai = lf_abs(b.im);
+    if (ar >= ai) {
+      if (ar == 0 && ai == 0) return lf_cx(a.re / ar, a.im / ai);
+      T rat = b.im / b.re, scl = T(1) / (b.re + b.im * rat);
+      return lf_cx((a.re + a.im * rat) * scl, (a.im - a.re * rat) * scl);
+    }
+    T rat = b.re / b.im, scl = T(1) / (b.im + b.re * rat);
+    return lf_cx((a.re * rat + a.im) * scl, (a.im * rat - a.re) * scl);
+  }
+  friend __device__ __forceinline__ bool operator==(lf_cx a, lf_cx b) { return a.re == b.re && a.im == b.im; }
+  friend __device__ __forceinline__ bool operator!=(lf_cx a, lf_cx b) { return !(a == b); }
+  __device__ __forceinline__ lf_cx operator-() const { return lf_cx(-re, -im); }
+  __device__ __forceinline__ lf_cx& operator+=(lf_cx b) { re += b.re; im += b.im; return *this; }
+  __device__ __forceinline__ lf_cx& operator-=(lf_cx b) { re -= b.re; im -= b.im; return *this; }
+  __device__ __forceinline__ lf_cx& operator*=(lf_cx b) { return *this = *this * b; }
+};
+typedef lf_cx<float> lf_c64;
+typedef lf_cx<double> lf_c128;
+template <class T> __device__ __forceinline__ T lf_cre(lf_cx<T> z) { return z.re; }
+template <class T> __device__ __forceinline__ T lf_cim(lf_cx<T> z) { return z.im; }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_conj(lf_cx<T> z) { return lf_cx<T>(z.re, -z.im); }
+template <class T> __device__ __forceinline__ lf_cx<T> __shfl_down_sync(unsigned m, lf_cx<T> z, int s) {
+  return lf_cx<T>(__shfl_down_sync(m, z.re, s), __shfl_down_sync(m, z.im, s));
+}
+template <class T> __device__ __forceinline__ T lf_abs(lf_cx<T> z) { return lf_hypot(z.re, z.im); }
+template <class T> __device__ __forceinline__ bool lf_isnan(lf_cx<T> z) { return z.re != z.re || z.im != z.im; }
+template <class T> __device__ __forceinline__ bool lf_isinf(lf_cx<T> z) { return lf_isinf(z.re) || lf_isinf(z.im); }
+template <class T> __device__ __forceinline__ bool lf_isfinite(lf_cx<T> z) { return lf_isfinite(z.re) && lf_isfinite(z.im); }
+// z / |z|; 0 gives 0, a NaN part NaN (the array API's sign of a complex number)
+template <class T> __device__ __forceinline__ lf_cx<T> lf_sign(lf_cx<T> z) {
+  if (lf_isnan(z)) return lf_cx<T>(T(NAN), T(NAN));
+  if (z.re == 0 && z.im == 0) return lf_cx<T>(T(0), T(0));
+  if (lf_isinf(z)) {  // an infinite part: its direction
+    T r = lf_isinf(z.re) ? lf_copysign(T(1), z.re) : T(0), i = lf_isinf(z.im) ? lf_copysign(T(1), z.im) : T(0);
+    T m = lf_hypot(r, i);
+    return lf_cx<T>(r / m, i / m);
+  }
+  T m = lf_abs(z);
+  return lf_cx<T>(z.re / m, z.im / m);
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_exp(lf_cx<T> z) {
+  if (z.im == 0) return lf_cx<T>(lf_exp(z.re), z.im);  // keeps the sign of a zero im (NaN + 0j too)
+  if (lf_isinf(z.re) && !lf_isfinite(z.im)) {
+    if (z.re < 0) return lf_cx<T>(T(0), T(0));
+    return lf_cx<T>(z.re, T(NAN));
+  }
+  T e = lf_exp(z.re);
+  return lf_cx<T>(e * lf_cos(z.im), e * lf_sin(z.im));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_expm1(lf_cx<T> z) {
+  if (!lf_isfinite(z)) return lf_exp(z) - lf_cx<T>(T(1));
+  T s = lf_sin(z.im / 2);
+  return lf_cx<T>(lf_expm1(z.re) * lf_cos(z.im) - 2 * s * s, lf_exp(z.re) * lf_sin(z.im));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_log(lf_cx<T> z) {
+  return lf_cx<T>(lf_log(lf_abs(z)), lf_atan2(z.im, z.re));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_log1p(lf_cx<T> z) {
+  if (!lf_isfinite(z) || lf_abs(z.re) > T(0.5) || lf_abs(z.im) > T(0.5)) return lf_log(lf_cx<T>(T(1) + z.re, z.im));
+  // log|1 + z| = log1p(2x + x^2 + y^2) / 2: no cancellation for small z
+  return lf_cx<T>(lf_log1p(z.re * (2 + z.re) + z.im * z.im) / 2, lf_atan2(z.im, T(1) + z.re));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_log2(lf_cx<T> z) {
+  lf_cx<T> l = lf_log(z); return lf_cx<T>(l.re * T(1.44269504088896340736), l.im * T(1.44269504088896340736));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_log10(lf_cx<T> z) {
+  lf_cx<T> l = lf_log(z); return lf_cx<T>(l.re * T(0.434294481903251827651), l.im * T(0.434294481903251827651));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_sqrt(lf_cx<T> z) {
+  if (z.re == 0 && z.im == 0) return lf_cx<T>(T(0), z.im);
+  if (lf_isinf(z.im)) return lf_cx<T>(T(INFINITY), z.im);
+  if (z.re != z.re) return lf_cx<T>(z.re, T(NAN));
+  if (lf_isinf(z.re)) {
+    if (z.re > 0) return lf_cx<T>(z.re, z.im != z.im ? z.im : lf_copysign(T(0), z.im));
+    return lf_cx<T>(z.im != z.im ? z.im : T(0), lf_copysign(T(INFINITY), z.im));
+  }
+  T t = lf_sqrt((lf_abs(z.re) + lf_abs(z)) / 2);
+  if (z.re >= 0) return lf_cx<T>(t, z.im / (2 * t));
+  return lf_cx<T>(lf_abs(z.im) / (2 * t), lf_copysign(t, z.im));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_pow(lf_cx<T> a, lf_cx<T> b) {
+  if (b.re == 0 && b.im == 0) return lf_cx<T>(T(1), T(0));
+  if (a.re == 0 && a.im == 0 && b.im == 0 && b.re > 0) return lf_cx<T>(T(0), T(0));
+  return lf_exp(b * lf_log(a));
+}
+// A real (im == 0) or imaginary (re == 0) argument takes the one-part formula, so an infinite or NaN part
+// does not meet a zero in a product (inf * 0 is NaN): the standard's special cases for those axes.
+template <class T> __device__ __forceinline__ lf_cx<T> lf_sinh(lf_cx<T> z) {
+  if (z.im == 0) return lf_cx<T>(lf_sinh(z.re), z.im);
+  if (z.re == 0 && !lf_isfinite(z.im)) return lf_cx<T>(z.re, z.im - z.im);  // +-0 + NaN j
+  return lf_cx<T>(lf_sinh(z.re) * lf_cos(z.im), lf_cosh(z.re) * lf_sin(z.im));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_cosh(lf_cx<T> z) {
+  if (z.im == 0) return lf_cx<T>(lf_cosh(z.re), lf_copysign(T(0), z.im) * (z.re < 0 ? T(-1) : T(1)));
+  if (z.re == 0 && !lf_isfinite(z.im)) return lf_cx<T>(z.im - z.im, T(0));  // NaN + 0j
+  return lf_cx<T>(lf_cosh(z.re) * lf_cos(z.im), lf_sinh(z.re) * lf_sin(z.im));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_tanh(lf_cx<T> z) {
+  if (z.im == 0) return lf_cx<T>(lf_tanh(z.re), z.im);
+  if (z.re == 0) return lf_cx<T>(z.re, lf_tan(z.im));  // tanh(iy) = i tan(y): +0 + NaN j at infinity
+  // |re| > 22: tanh re is +-1 to the last bit; the imaginary part underflows with the sign of sin(2 im),
+  // and at an infinite re the standard gives it the sign of im
+  if (lf_abs(z.re) > T(22))
+    return lf_cx<T>(lf_copysign(T(1), z.re), lf_copysign(T(0), lf_isinf(z.re) && lf_isfinite(z.im) ? z.im : lf_sin(2 * z.im)));
+  T d = lf_cosh(2 * z.re) + lf_cos(2 * z.im);
+  return lf_cx<T>(lf_sinh(2 * z.re) / d, lf_sin(2 * z.im) / d);
+}
+// the trigonometric functions through the hyperbolic ones: sin z = -i sinh(iz) and so on
+template <class T> __device__ __forceinline__ lf_cx<T> lf_mul_i(lf_cx<T> z) { return lf_cx<T>(-z.im, z.re); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_mul_negi(lf_cx<T> z) { return lf_cx<T>(z.im, -z.re); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_sin(lf_cx<T> z) { return lf_mul_negi(lf_sinh(lf_mul_i(z))); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_cos(lf_cx<T> z) { return lf_cosh(lf_mul_i(z)); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_tan(lf_cx<T> z) { return lf_mul_negi(lf_tanh(lf_mul_i(z))); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_asinh(lf_cx<T> z) {
+  if (z.re < 0 || (z.re == 0 && lf_signbit(z.re))) return -lf_asinh(-z);  // odd: no cancellation for re < 0
+  return lf_log(z + lf_sqrt(z * z + lf_cx<T>(T(1))));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_acosh(lf_cx<T> z) {
+  return lf_log(z + lf_sqrt(z + lf_cx<T>(T(1))) * lf_sqrt(z - lf_cx<T>(T(1))));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_atanh(lf_cx<T> z) {
+  lf_cx<T> d = lf_log1p(z) - lf_log1p(-z);
+  return lf_cx<T>(d.re / 2, d.im / 2);
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_asin(lf_cx<T> z) { return lf_mul_negi(lf_asinh(lf_mul_i(z))); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_atan(lf_cx<T> z) { return lf_mul_negi(lf_atanh(lf_mul_i(z))); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_acos(lf_cx<T> z) {
+  lf_cx<T> a = lf_asin(z);
+  return lf_cx<T>(T(1.57079632679489661923) - a.re, -a.im);
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_rint(lf_cx<T> z) { return lf_cx<T>(lf_rint(z.re), lf_rint(z.im)); }
+"""
+PREAMBLE += COMPLEX_PREAMBLE

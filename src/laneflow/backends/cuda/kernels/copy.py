@@ -171,7 +171,9 @@ def full(lane, prim, ins, outs) -> None:
               "cuMemsetD32Async")
     else:
         v = np.array(prim.value, dtype=out.dtype)
-        _fill(lane, "full", out, (float(v.astype(np.float32)) if C.is_half(out.dtype) else v.item(),))
+        # a complex value is passed as its bytes (launch.py's F and Z parameters)
+        _fill(lane, "full", out, (raw if out.dtype.kind == "c" else
+                                  float(v.astype(np.float32)) if C.is_half(out.dtype) else v.item(),))
 
 
 def arange(lane, prim, ins, outs) -> None:
@@ -187,6 +189,10 @@ def arange(lane, prim, ins, outs) -> None:
 def linspace(lane, prim, ins, outs) -> None:
     out = outs[0]
     num = out.shape[0]
+    if isinstance(prim.start, complex) or isinstance(prim.stop, complex):  # (real bounds into complex: the kernel)
+        raise LaneflowError(f"linspace: the CUDA backend has no kernel for complex bounds ({prim.start!r}, "
+                            f"{prim.stop!r}; {num} points of {out.dtype}); make it on the CPU (device=lf.cpu) or "
+                            "from real and imaginary linspaces")
     div = (num - 1) if prim.endpoint else num
     _fill(lane, "linspace", out, (prim.start, prim.stop, float(div), int(prim.endpoint)))
 

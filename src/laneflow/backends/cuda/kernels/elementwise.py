@@ -61,7 +61,10 @@ def expr(fn: str, a: list[str], loop: list, out_loop: np.dtype) -> str:
     e = EXPRESSIONS.get(fn)
     if e is None:
         raise LaneflowError(f"elementwise: the CUDA backend has no kernel for {fn!r}")
-    return e(a, C.kind(t), C.compute(t))
+    k = C.kind(t)
+    if k == "c" and ELEMENTWISE[fn].real_only:  # (refused when the op is built: this guards internal callers)
+        raise LaneflowError(f"{fn}: defined for real values only; the CUDA backend has no kernel for {t} operands")
+    return e(a, k, C.compute(t))
 
 
 def _result_dtype(fn: str, loop: list, out_loop: np.dtype) -> np.dtype:
@@ -259,6 +262,8 @@ def _converter(lt: np.dtype):
             f = float if lt == dt.float64 else _to_f32
         elif k == "b":
             f = bool
+        elif k == "c":  # packed as the kernel's lf_c64 / lf_c128 parameter (launch.py codes F, Z)
+            f = lambda v, t=lt.type: t(v).tobytes()  # noqa: E731
         else:
             f = lambda v, t=lt.type: int(t(v))  # noqa: E731 - the value was checked to fit
         _CONVERTERS[lt] = f
@@ -396,13 +401,13 @@ def int_class(v: int) -> tuple:
 
 def _py_type(v):
     t = v.__class__
-    if t is float or t is int or t is bool:
+    if t is float or t is int or t is bool or t is complex:
         return t
     if isinstance(v, bool):
         return bool
     if isinstance(v, int):
         return int
-    return float
+    return complex if isinstance(v, complex) else float
 
 
 def _widen_for_big_scalars(operands, loop):

@@ -2,8 +2,10 @@
 
 ``EXPRESSIONS[name](a, k, T)`` gives the C expression of op ``name`` on the compute values ``a`` (a
 list of C expressions, one per operand, already converted to the op's loop dtype), where ``k`` is
-the loop dtype's kind (``b`` bool, ``i`` signed, ``u`` unsigned, ``f`` floating, bfloat16 included)
-and ``T`` its C compute type. The result has the compute type of the op's output loop dtype (bool for
+the loop dtype's kind (``b`` bool, ``i`` signed, ``u`` unsigned, ``f`` floating, bfloat16 included,
+``c`` complex) and ``T`` its C compute type. Complex values (``lf_c64``, ``lf_c128``) have the
+arithmetic operators and math functions of floats (``cdefs.COMPLEX_PREAMBLE``), so a row's ``f``
+expression serves them unless the row gives a ``c`` one. The result has the compute type of the op's output loop dtype (bool for
 predicates). Integer arithmetic wraps as numpy's does (``lf_wadd`` and friends, ``cdefs.PREAMBLE``).
 
 The single-op kernels (``elementwise.py``) and the fused kernels (``fused.py``) both build from these
@@ -22,7 +24,7 @@ _CMP = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "grea
 def _by_kind(table: dict, default: Callable | None = None) -> Callable:
     """An expression that depends on the loop kind: ``table[k](x, y, T)``."""
     def f(a, k, T):
-        g = table.get(k, default)
+        g = table.get(k) or (table.get("f") if k == "c" else None) or default
         return g(*a, T) if len(a) > 1 else g(a[0], None, T)
     return f
 
@@ -65,14 +67,14 @@ EXPRESSIONS: dict[str, Callable] = {
     "negative": _by_kind({"f": lambda x, y, T: f"(-{x})"}, lambda x, y, T: f"lf_wsub<{T}>(({T})0, {x})"),
     "abs": _by_kind({"f": lambda x, y, T: f"lf_abs({x})", "i": lambda x, y, T: f"({x} < 0 ? lf_wsub<{T}>(({T})0, {x}) : {x})"},
                     lambda x, y, T: x),
-    "sign": _by_kind({"f": lambda x, y, T: f"lf_sign_f<{T}>({x})", "i": lambda x, y, T: f"(({T})(({x} > 0) - ({x} < 0)))",
+    "sign": _by_kind({"f": lambda x, y, T: f"lf_sign_f<{T}>({x})", "c": lambda x, y, T: f"lf_sign({x})", "i": lambda x, y, T: f"(({T})(({x} > 0) - ({x} < 0)))",
                       "u": lambda x, y, T: f"(({T})({x} > 0))"}, lambda x, y, T: x),
     **{name: _fn(name) for name in ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "erf")},
     "square": _by_kind({"f": lambda x, y, T: f"({x} * {x})", "b": lambda x, y, T: f"({x} && {x})"},
                        lambda x, y, T: f"lf_wmul<{T}>({x}, {x})"),
     "logical_not": lambda a, k, T: f"({a[0]} == 0)",
-    "isnan": lambda a, k, T: f"({a[0]} != {a[0]})" if k == "f" else "false",
-    "isfinite": lambda a, k, T: f"lf_isfinite({a[0]})" if k == "f" else "true",
+    "isnan": lambda a, k, T: f"({a[0]} != {a[0]})" if k == "f" else (f"lf_isnan({a[0]})" if k == "c" else "false"),
+    "isfinite": lambda a, k, T: f"lf_isfinite({a[0]})" if k in "fc" else "true",
     "rsqrt": lambda a, k, T: f"(({T})1 / lf_sqrt({a[0]}))",
     "sigmoid": lambda a, k, T: f"(({T})1 / (({T})1 + lf_exp(-{a[0]})))",
     "gelu": lambda a, k, T: f"lf_gelu<{T}>({a[0]})",
@@ -86,7 +88,7 @@ EXPRESSIONS: dict[str, Callable] = {
     "positive": lambda a, k, T: a[0],
     "reciprocal": _by_kind({"f": lambda x, y, T: f"(({T})1 / {x})"},
                            lambda x, y, T: f"({x} == 0 ? ({T})0 : ({T})(({T})1 / {x}))"),
-    "isinf": lambda a, k, T: f"lf_isinf({a[0]})" if k == "f" else "false",
+    "isinf": lambda a, k, T: f"lf_isinf({a[0]})" if k in "fc" else "false",
     "signbit": lambda a, k, T: f"lf_signbit({a[0]})" if k == "f" else (f"({a[0]} < 0)" if k == "i" else "false"),
     "logical_xor": lambda a, k, T: f"(({a[0]} != 0) != ({a[1]} != 0))",
     **{name: _by_kind({"b": lambda x, y, T, o=bsym: f"({x} {o} {y})"}, lambda x, y, T, o=sym: f"(({T})({x} {o} {y}))")
@@ -95,6 +97,10 @@ EXPRESSIONS: dict[str, Callable] = {
     "bitwise_left_shift": lambda a, k, T: f"lf_shl<{T}>({a[0]}, {a[1]})",
     "bitwise_right_shift": lambda a, k, T: f"lf_shr<{T}>({a[0]}, {a[1]})",
     "where": lambda a, k, T: f"(({a[0]} != 0) ? {a[1]} : {a[2]})",
+    # complex parts (a real operand is its own real part and conjugate)
+    "real": lambda a, k, T: f"lf_cre({a[0]})" if k == "c" else a[0],
+    "imag": lambda a, k, T: f"lf_cim({a[0]})" if k == "c" else f"(({T})0)",
+    "conj": lambda a, k, T: f"lf_conj({a[0]})" if k == "c" else a[0],
     "identity": lambda a, k, T: a[0],
 }
 

@@ -7,8 +7,9 @@ copies the arguments at launch, so the block is reused at once. Launches happen 
 scheduler's lock, so one block per kernel is enough.
 
 Parameter type codes: ``p`` pointer, ``?`` bool, ``b``/``B`` int8/uint8, ``h``/``H`` int16/uint16,
-``i``/``I`` int32/uint32, ``q``/``Q`` int64/uint64, ``f`` float, ``d`` double, ``D`` a ``Dims``
-struct (eight int64, passed as a tuple of up to eight ints).
+``i``/``I`` int32/uint32, ``q``/``Q`` int64/uint64, ``f`` float, ``d`` double, ``F``/``Z`` a complex64 /
+complex128 (``lf_c64``/``lf_c128``, passed as the value's 8 / 16 bytes), ``D`` a ``Dims`` struct (eight
+int64, passed as a tuple of up to eight ints).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .cdefs import PREAMBLE
 
 _FMT = {"p": ("Q", 8), "?": ("?", 1), "b": ("b", 1), "B": ("B", 1), "h": ("h", 2), "H": ("H", 2),
         "i": ("i", 4), "I": ("I", 4), "q": ("q", 8), "Q": ("Q", 8), "f": ("f", 4), "d": ("d", 8),
-        "D": ("8q", 8)}
+        "F": ("8s", 8), "Z": ("16s", 16), "D": ("8q", 8)}
 _DSIZE = {"D": 64}
 
 

@@ -5,27 +5,30 @@ large batched factorizations belong to cuSOLVER (``backends/cuda/linalg.py``).
 
 from __future__ import annotations
 
+from .... import dtypes as dt
 from . import cdefs as C
 
 
 def _build(dtype):
     T = C.compute(dtype)
-    src = (f'extern "C" __global__ void lf_slogdet({T}* __restrict__ sign, {T}* __restrict__ logabs, '
+    R = C.compute(dt.real_dtype(dtype))  # log |det| is real; a complex pivot turns the sign by piv / |piv|
+    turn = f"s *= piv / {T}(lf_abs(piv));" if dt.is_complex(dtype) else "if (piv < 0) s = -s;"
+    src = (f'extern "C" __global__ void lf_slogdet({T}* __restrict__ sign, {R}* __restrict__ logabs, '
            f"{T}* __restrict__ det, {T}* __restrict__ work, const {T}* __restrict__ in, long long batch, long long n) {{\n"
            "  for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < batch;"
            " b += (long long)blockDim.x * gridDim.x) {\n"
            f"    {T}* a = work + b * n * n;\n"
            "    for (long long e = 0; e < n * n; ++e) a[e] = in[b * n * n + e];\n"
-           f"    {T} s = 1, l = 0, d = 1;\n"
+           f"    {T} s = 1, d = 1;\n    {R} l = 0;\n"
            "    for (long long k = 0; k < n; ++k) {\n"
            "      long long p = k;\n"
            "      for (long long i = k + 1; i < n; ++i) if (lf_abs(a[i * n + k]) > lf_abs(a[p * n + k])) p = i;\n"
            f"      {T} piv = a[p * n + k];\n"
            "      if (piv == 0) { s = 0; l = -INFINITY; d = 0; break; }\n"
-           "      if (piv != piv) { s = piv; l = piv; d = piv; break; }\n"
+           "      if (piv != piv) { s = piv; l = NAN; d = piv; break; }\n"
            f"      if (p != k) {{ for (long long j = 0; j < n; ++j) {{ {T} t = a[k * n + j]; a[k * n + j] = a[p * n + j];"
            " a[p * n + j] = t; } s = -s; d = -d; }\n"
-           "      if (piv < 0) s = -s;\n"
+           f"      {turn}\n"
            "      l += lf_log(lf_abs(piv));\n      d *= piv;\n"
            "      for (long long i = k + 1; i < n; ++i) {\n"
            f"        {T} f = a[i * n + k] / piv;\n"

@@ -25,7 +25,7 @@ from .plan import ReducePlan, offset_code
 
 _ACC_C = {"bool": "int", "int8": "int", "uint8": "unsigned", "int16": "int", "uint16": "unsigned", "int32": "int",
           "uint32": "unsigned", "int64": "long long", "uint64": "unsigned long long", "float16": "float",
-          "bfloat16": "float", "float32": "float", "float64": "double"}
+          "bfloat16": "float", "float32": "float", "float64": "double", "complex64": "lf_c64", "complex128": "lf_c128"}
 _LIMITS = {
     "bool": ("0", "1"), "int8": ("-128", "127"), "uint8": ("0", "255"), "int32": ("(-2147483647 - 1)", "2147483647"),
     "uint32": ("0u", "4294967295u"), "int64": ("(-9223372036854775807LL - 1)", "9223372036854775807LL"),
@@ -33,7 +33,8 @@ _LIMITS = {
 }
 
 
-_ACC_SIZE = {"int": 4, "unsigned": 4, "long long": 8, "unsigned long long": 8, "float": 4, "double": 8}
+_ACC_SIZE = {"int": 4, "unsigned": 4, "long long": 8, "unsigned long long": 8, "float": 4, "double": 8,
+             "lf_c64": 8, "lf_c128": 16}
 
 
 def acc_c(d: np.dtype) -> str:

@@ -100,7 +100,7 @@ def searchsorted(lane, prim, ins, outs) -> None:
 def _build_scan(in_dt, out_dt, op: str, initial: bool):
     acc_dt = dt.float32 if C.is_half(out_dt) else out_dt
     A = C.compute(acc_dt)
-    comb = {"sum": "acc + v", "prod": "acc * v"}[op] if C.kind(acc_dt) == "f" else \
+    comb = {"sum": "acc + v", "prod": "acc * v"}[op] if C.kind(acc_dt) in "fc" else \
         {"sum": f"lf_wadd<{A}>(acc, v)", "prod": f"lf_wmul<{A}>(acc, v)"}[op]
     ident = "0" if op == "sum" else "1"
     store = C.store(C.conv("acc", acc_dt, out_dt), out_dt)
