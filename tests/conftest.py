@@ -28,10 +28,19 @@ def pytest_configure(config):
 
 
 @pytest.fixture(params=["cpu", "gpu"])
-def device(request) -> lf.Device:
+def device(request):
+    """The backend under test, also made the default device for the test: an op given no stream runs
+    on the default one, which on a GPU machine is the GPU, so a cpu case would otherwise test the GPU
+    for every op its arrays do not pin (seen on the H200, 2026-12-04)."""
     if request.param == "gpu" and not lf.gpu_available():
         pytest.skip(_GPU_REASON)
-    return lf.Device(request.param)
+    import laneflow.defaults as streams
+
+    dev = lf.Device(request.param)
+    old = streams._default_device
+    lf.set_default_device(dev)
+    yield dev
+    streams._default_device = old
 
 
 @pytest.fixture

@@ -469,3 +469,18 @@ def test_complex_reduction_scan_fill_and_slogdet_kernels_compile(dtype):
     assert params[1] == ("F" if dtype == "complex64" else "Z")
     _compile(src, name)
     _compile(*lu._build(d)[:2])
+
+
+@pytest.mark.parametrize("fn,part", [("imag", "lf_cim"), ("real", "lf_cre")])
+@pytest.mark.parametrize("dtype,real", [(np.complex64, np.float32), (np.complex128, np.float64)])
+def test_complex_parts_read_the_complex_value(fn, part, dtype, real):
+    """real and imag have no numpy ufunc: their loop must keep the complex operand (a loop in the output's
+    real dtype casts it first, and imag then read zeros: seen on the H200, 2026-12-04)."""
+    from laneflow.backends.cuda.kernels import elementwise as E
+
+    d, r = np.dtype(dtype), np.dtype(real)
+    loop, out_loop = E.loop_dtypes(fn, (d,), r)
+    assert loop == [d] and out_loop == r
+    src, name, _ = E._build(fn, ("c",), (d,), list(loop), (), r, out_loop, 0, False)
+    assert f"{part}(" in src
+    _compile(src, name)

@@ -190,9 +190,14 @@ __device__ __forceinline__ float lf_copysign(float a, float b) { return copysign
 __device__ __forceinline__ double lf_copysign(double a, double b) { return copysign(a, b); }
 __device__ __forceinline__ float lf_hypot(float a, float b) { return hypotf(a, b); }
 __device__ __forceinline__ double lf_hypot(double a, double b) { return hypot(a, b); }
+// nextafter with numpy's (x86's) NaN: the NaN operand itself, payload kept (the GPU's a + b would give
+// its canonical NaN, whose bits differ from numpy's).
+__device__ __forceinline__ float lf_nextafter(float a, float b) { return a != a ? a : (b != b ? b : nextafterf(a, b)); }
+__device__ __forceinline__ double lf_nextafter(double a, double b) { return a != a ? a : (b != b ? b : nextafter(a, b)); }
 // nextafter of float16 (BF 0) or bfloat16 (BF 1) values held in floats: one step of the 16-bit word.
 template <int BF> __device__ __forceinline__ float lf_nextafter16(float a, float b) {
-  if (a != a || b != b) return a + b;
+  if (a != a) return a;
+  if (b != b) return b;
   if (a == b) return b;
   unsigned short h = BF ? lf_f2b(a) : lf_f2h(a);
   if (a == 0.0f) h = b > 0.0f ? 0x0001 : 0x8001;

@@ -35,6 +35,8 @@ def loop_dtypes(fn: str, operands: tuple, out: np.dtype) -> tuple[list, np.dtype
         return hit
     if fn == "where":
         res = ([operands[0] if isinstance(operands[0], np.dtype) else dt.bool_, out, out], out)
+    elif fn in ("real", "imag"):  # a complex operand's part: the loop reads the complex value itself
+        res = ([operands[0]], out)
     elif fn not in _UFUNC:  # no numpy ufunc (rsqrt, sigmoid, erf, identity): computed in the output dtype
         res = ([out], out)
     else:

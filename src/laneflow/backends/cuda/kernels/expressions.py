@@ -60,7 +60,7 @@ EXPRESSIONS: dict[str, Callable] = {
                         lambda x, y, T: f"({x} < {y} ? {x} : {y})"),
     "logaddexp": lambda a, k, T: f"lf_logaddexp<{T}>({a[0]}, {a[1]})",
     "hypot": _fn("hypot"),
-    "nextafter": lambda a, k, T: f"nextafter{'' if T == 'double' else 'f'}({a[0]}, {a[1]})",
+    "nextafter": lambda a, k, T: f"lf_nextafter({a[0]}, {a[1]})",
     **{name: _compare(sym) for name, sym in _CMP.items()},
     "logical_and": lambda a, k, T: f"(({a[0]} != 0) && ({a[1]} != 0))",
     "logical_or": lambda a, k, T: f"(({a[0]} != 0) || ({a[1]} != 0))",
