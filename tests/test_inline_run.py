@@ -47,30 +47,29 @@ def _step(x):
     return lf.tanh(x * 2.0 + 1.0).sum()
 
 
-def test_an_evaluated_cache_hit_runs_its_plan_on_the_evaluating_thread(rng):
+def _repeat(rng, evaluate) -> list:
+    """Five evaluations of one step (cache hits from the third), each checked against numpy; returns
+    the threads the lane's cached plan ran on."""
     s = lf.new_stream(lf.cpu, lanes=1)
     threads = _runs_on(s)
     with lf.stream(s):
         for _ in range(5):
             xn = rng.standard_normal(8)
             y = _step(lf.array(xn))
-            lf.eval(y)
+            evaluate(y)
             np.testing.assert_allclose(np.asarray(y), np.tanh(xn * 2.0 + 1.0).sum())
-    assert threads and set(threads) == {threading.get_ident()}
     s.close()
+    return threads
+
+
+def test_an_evaluated_cache_hit_runs_its_plan_on_the_evaluating_thread(rng):
+    threads = _repeat(rng, lf.eval)
+    assert threads and set(threads) == {threading.get_ident()}
 
 
 def test_async_eval_of_a_cache_hit_stays_on_the_worker(rng):
-    s = lf.new_stream(lf.cpu, lanes=1)
-    threads = _runs_on(s)
-    with lf.stream(s):
-        for _ in range(5):
-            xn = rng.standard_normal(8)
-            y = _step(lf.array(xn))
-            lf.async_eval(y)
-            np.testing.assert_allclose(np.asarray(y), np.tanh(xn * 2.0 + 1.0).sum())
+    threads = _repeat(rng, lf.async_eval)
     assert threads and threading.get_ident() not in threads
-    s.close()
 
 
 def _deferred(stream, fn, reads, writes):
