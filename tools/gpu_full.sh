@@ -5,13 +5,20 @@
 #   suite on the GPU alongside (ARRAY_API=1; tools/array_api_suite.py, ~70 s), the differential fuzzer
 #   with 2,000 programs on the GPU (~40 s; FUZZ=0 skips it), `python -m laneflow bench` for each suite in
 #   BENCH_SUITE (default all, which may be cut at BENCH_TIMEOUT, 150 s; BENCH_SUITE=" " runs none; PEERS
-#   chooses peers), and the demo (DEMO=0 skips it).
+#   chooses peers), and the demo (DEMO=0 skips it). KCACHE_IN / KCACHE_OUT carry the kernel cache
+#   from one GPU machine to the next (see below).
 # Logs and results go to $OUT (default ./gpu-full-out); a short summary is printed last.
 set -u
 OUT=${OUT:-$PWD/gpu-full-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export LANEFLOW_KERNEL_CACHE=${LANEFLOW_KERNEL_CACHE:-/tmp/laneflow-kcache-$(id -u)}
+# A fresh GPU machine compiles every kernel again (most of the suite's time). KCACHE_IN: a tarball of an
+# earlier run's kernel cache (with its signing key) to start from, e.g. one carried into the checkout;
+# KCACHE_OUT=1 leaves this run's cache as $OUT/kcache.tgz for the next run.
+if [ -n "${KCACHE_IN:-}" ] && [ -f "$KCACHE_IN" ]; then
+  mkdir -p "$LANEFLOW_KERNEL_CACHE" && chmod 700 "$LANEFLOW_KERNEL_CACHE" && tar xzf "$KCACHE_IN" -C "$LANEFLOW_KERNEL_CACHE"
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/env.txt" 2>&1
 python3 -c "import sys, numpy, cuda.bindings, nvmath; print(sys.version.split()[0], 'numpy', numpy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'nvmath', nvmath.__version__)" >>"$OUT/env.txt" 2>&1
 
@@ -62,6 +69,9 @@ if [ "${DEMO:-1}" != 0 ]; then
   echo "demo rc=$?" >>"$OUT/env.txt"
 fi
 
+if [ "${KCACHE_OUT:-0}" != 0 ] && [ -d "$LANEFLOW_KERNEL_CACHE" ]; then
+  tar czf "$OUT/kcache.tgz" -C "$LANEFLOW_KERNEL_CACHE" . && du -h "$OUT/kcache.tgz" >>"$OUT/env.txt"
+fi
 echo "== env"; cat "$OUT/env.txt"
 echo "== pytest"; grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | sed 's/ - .*//' | head -20
 for f in "$OUT"/pytest-[0-9]*.log; do grep -E "passed|failed" "$f" | tail -1; done
