@@ -375,10 +375,11 @@ for t, dt in (("s", np.float32), ("d", np.float64)):
     def geqrf(h, m, n, a, lda, tau, work, lwork, dinfo, dt=dt):
         A = cm(a, m, n, lda, dt)
         Q, R = np.linalg.qr(A.astype(np.float64), mode="complete")
-        STASH["q", a] = Q
         A[:] = np.where(np.arange(m)[:, None] <= np.arange(n)[None, :], R, 99.0)  # reflectors below: garbage
+        STASH["q", A[:, :min(m, n)].tobytes()] = Q  # found again by the factor's reflector columns
     def orgqr(h, m, n, k, a, lda, tau, work, lwork, dinfo, dt=dt):
-        cm(a, m, n, lda, dt)[:] = STASH["q", a][:, :n]
+        assert n <= m and k <= n, (m, n, k)  # cuSOLVER's contract
+        cm(a, m, n, lda, dt)[:] = STASH["q", cm(a, m, k, lda, dt).tobytes()][:, :n]
     def syevd(h, jobz, uplo, n, a, lda, w, work, lwork, dinfo, dt=dt):
         A = cm(a, n, n, lda, dt)
         vals, vecs = np.linalg.eigh(A.astype(np.float64), UPLO="U" if uplo == 1 else "L")
@@ -573,6 +574,7 @@ for dt in (np.float32, np.float64):
         *bt, m, n = shape
         k, bt = min(m, n), tuple(bt)
         run("qr", [a], [(bt + (m, k), dt), (bt + (k, n), dt)])
+        run("qr", [a], [(bt + (m, m), dt), (bt + (m, n), dt)], mode="complete")
         for full in (True, False):
             um, vn = (m, n) if full else (k, k)
             run("svd", [a], [(bt + (m, um), dt), (bt + (k,), dt), (bt + (vn, n), dt)], full_matrices=full,

@@ -223,3 +223,21 @@ def test_svd_and_eigh_of_non_finite_input_raise_and_nothing_hangs(device, tmp_pa
     assert r.returncode == 0 and "done" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     for op in ("svd", "eigh"):  # on every backend (the GPU's check is a scan read at the host wait)
         assert f"{op} {kind} LinAlgError" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("shape", [(7, 3), (2, 5, 2), (4, 4), (3, 6), (3, 0)])
+def test_complete_qr_gives_a_square_orthonormal_q_and_an_m_row_r(device, rng, shape):
+    """``mode="complete"``: Q (..., M, M) orthonormal, R (..., M, N) upper triangular, Q @ R = A; its first
+    min(M, N) columns span what the reduced Q spans (numpy's shapes; signs are the library's)."""
+    an = rng.standard_normal(shape)
+    *bt, m, n = shape
+    with lf.stream(device):
+        q, r = lf.linalg.qr(lf.array(an), mode="complete")
+        qn, rn = np.asarray(q), np.asarray(r)
+    assert qn.shape == tuple(bt) + (m, m) and rn.shape == tuple(bt) + (m, n)
+    eye = np.broadcast_to(np.eye(m), qn.shape)
+    np.testing.assert_allclose(np.swapaxes(qn, -1, -2) @ qn, eye, atol=1e-10)
+    np.testing.assert_allclose(qn @ rn, an, atol=1e-10)
+    np.testing.assert_array_equal(np.tril(rn, -1), 0.0)
+    with pytest.raises(ValueError, match="qr: mode must be"):
+        lf.linalg.qr(lf.array(an), mode="r")

@@ -135,15 +135,19 @@ def solve(a: Any, b: Any, *, stream: Any = None) -> Array:
                    single=True)
 
 
-def qr(a: Any, *, stream: Any = None) -> tuple[Array, Array]:
-    """Reduced QR decomposition: ``q`` (..., M, K), ``r`` (..., K, N) with K = min(M, N)."""
+def qr(a: Any, *, mode: str = "reduced", stream: Any = None) -> tuple[Array, Array]:
+    """QR decomposition. ``mode="reduced"``: ``q`` (..., M, K), ``r`` (..., K, N) with K = min(M, N);
+    ``"complete"``: ``q`` (..., M, M), ``r`` (..., M, N) (they differ only for a tall matrix, M > N)."""
+    if mode not in ("reduced", "complete"):
+        raise ValueError(f"qr: mode must be 'reduced' or 'complete', got {mode!r}")
     st = stream_of(stream, "qr")
     d = _matrix("qr", a, st, square=False)
     to = _float_dtype("qr", d)
     *batch, m, n = d.shape
-    k = min(m, n)
+    k = m if mode == "complete" else min(m, n)
     batch = tuple(batch)
-    return _factor("qr", {}, (_cast(d, to, st),), [(batch + (m, k), to), (batch + (k, n), to)], st, (True,))
+    params = {"mode": "complete"} if k > min(m, n) else {}  # (a reduced QR's key stays as it was)
+    return _factor("qr", params, (_cast(d, to, st),), [(batch + (m, k), to), (batch + (k, n), to)], st, (True,))
 
 
 def eigh(a: Any, UPLO: str = "L", *, stream: Any = None) -> tuple[Array, Array]:  # noqa: N803 - numpy's name

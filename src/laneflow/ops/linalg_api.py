@@ -63,14 +63,9 @@ def det(x: Any, /, *, stream: Any = None) -> Array:
 
 
 def qr(x: Any, /, *, mode: str = "reduced", stream: Any = None) -> QRResult:
-    """QR decomposition as ``(Q, R)``. ``mode`` "reduced" (Q: (..., M, K), K = min(M, N)); "complete" is
-    the same for M <= N and not supported for M > N (raises, naming what to use)."""
-    if mode not in ("reduced", "complete"):
-        raise ValueError(f"qr: mode must be 'reduced' or 'complete', got {mode!r}")
-    q, r = _fact.qr(x, stream=stream)
-    if mode == "complete" and q.shape[-1] != q.shape[-2]:
-        raise NotImplementedError(f"qr: mode='complete' of a tall matrix {tuple(x.shape)} is not supported; "
-                                  "use mode='reduced'")
+    """QR decomposition as ``(Q, R)``. ``mode`` "reduced" (Q: (..., M, K), R: (..., K, N), K = min(M, N))
+    or "complete" (Q: (..., M, M), R: (..., M, N))."""
+    q, r = _fact.qr(x, mode=mode, stream=stream)
     return QRResult(q, r)
 
 

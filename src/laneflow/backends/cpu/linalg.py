@@ -52,7 +52,7 @@ def linalg(lane, prim, ins, outs):
                 b = np.broadcast_to(b, batch + b.shape[-2:])
             res = (np.linalg.solve(a, b),)
         elif name == "qr":
-            res = tuple(np.linalg.qr(ins[0], mode="reduced"))
+            res = tuple(np.linalg.qr(ins[0], mode=p.get("mode", "reduced")))
         elif name == "eigh":
             res = tuple(np.linalg.eigh(ins[0], UPLO=p["UPLO"]))
         elif name == "svd":

@@ -392,24 +392,36 @@ def qr(lane, lib: SolverLib, call: _Call, prim, a, q, r) -> None:
     k = min(m, n)
     B = _batch(a.shape, 2)
     dt, isz = a.dtype, a.dtype.itemsize
-    if B == 0 or k == 0:
+    if B == 0:
         return
+    if k == 0:  # nothing to factor: a complete Q of an (m, 0) matrix is the identity (numpy)
+        if q.size:
+            _eye(lane, q.ptr, dt, B, m, q.shape[-1])
+        return
+    qc = q.shape[-1]  # k, or m for a complete QR of a tall matrix (Q square, R with m rows)
     t = call.alloc(a.nbytes)
     _to_colmajor(lane, t, a.ptr, dt, B, m, n)
+    # orgqr forms qc columns of Q in place of the factor: for qc > n, in a column-major m x qc buffer whose
+    # first n columns are the factor (its reflectors), the rest overwritten.
+    qb, qstride = (t, m * n) if qc <= n else (call.alloc(B * m * qc * isz), m * qc)
     lw1 = lib.lwork(lane, dt, "geqrf", m, n, _Ptr(t), m)
     tau_bytes = B * k * isz
-    lw2 = lib.lwork(lane, dt, "orgqr", m, k, k, _Ptr(t), m, _Ptr(t))
+    lw2 = lib.lwork(lane, dt, "orgqr", m, qc, k, _Ptr(qb), m, _Ptr(t))
     lwork = max(lw1, lw2)
     geqrf, orgqr = lib.fn(dt, "geqrf"), lib.fn(dt, "orgqr")
     with _Scratch(lib, call, [4, tau_bytes, lwork * isz]) as (h, (info, tau, work)):
         for b in range(B):
             geqrf(h, m, n, t + b * m * n * isz, m, tau + b * k * isz, work, lwork, info)
-        # R: the upper k x n of the column-major factor, row-major, below-diagonal zeroed.
-        _transpose(lane, r.ptr, t, dt, B, k, n, ld=m, bstride=m * n)
-        _tri_zero(lane, r.ptr, dt, B, k, n, keep_upper=True)
+        # R: the upper r-rows x n of the column-major factor, row-major, below-diagonal zeroed.
+        rows = r.shape[-2]
+        _transpose(lane, r.ptr, t, dt, B, rows, n, ld=m, bstride=m * n)
+        _tri_zero(lane, r.ptr, dt, B, rows, n, keep_upper=True)
+        if qb != t:
+            for b in range(B):
+                _copy(lane, qb + b * m * qc * isz, t + b * m * n * isz, m * n * isz)
         for b in range(B):
-            orgqr(h, m, k, k, t + b * m * n * isz, m, tau + b * k * isz, work, lwork, info)
-        _transpose(lane, q.ptr, t, dt, B, m, k, ld=m, bstride=m * n)
+            orgqr(h, m, qc, k, qb + b * qstride * isz, m, tau + b * k * isz, work, lwork, info)
+        _transpose(lane, q.ptr, qb, dt, B, m, qc, ld=m, bstride=qstride)
 
 
 def eigh(lane, lib: SolverLib, call: _Call, prim, a, w, v) -> None:
