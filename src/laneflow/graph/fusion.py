@@ -163,16 +163,29 @@ def replace_groups(items: list, absorbed: set, groups: dict) -> list:
 
 def _build(root: ArrayData, members: list, pos: dict) -> FusedNode:
     members.sort(key=pos.__getitem__)  # inputs before users
+
+    def step(m: ArrayData) -> tuple:
+        p = m.prim
+        # astype is the "identity" step: the input converted to the node's dtype, as its kernel does
+        fn, operands = (p.fn, p.operands) if p.kind == "elementwise" else ("identity", (0,))
+        return (fn,), operands, (m.dtype,)
+    steps, inputs = build_steps(members, step)
+    return FusedNode(Fused(tuple(steps), [m.prim.name for m in members]), root, members, inputs)
+
+
+def build_steps(members: list, describe) -> tuple[list, list]:
+    """The steps of a fused kernel, one per member (in order, inputs before users), and the values it
+    reads from outside. ``describe(m)`` gives ``(head, operands, tail)``; the step is ``(*head,
+    resolved operands, *tail)``, the operands resolved by :func:`step_operands`. Both fusion passes
+    (this one and graph/rowfusion.py) build their steps so."""
     step_of = {m: j for j, m in enumerate(members)}
     inputs: list = []
     in_index: dict = {}
     steps = []
     for m in members:
-        p = m.prim
-        # astype is the "identity" step: the input converted to the node's dtype, as its kernel does
-        fn, operands = (p.fn, p.operands) if p.kind == "elementwise" else ("identity", (0,))
-        steps.append((fn, step_operands(m, operands, step_of, in_index, inputs), m.dtype))
-    return FusedNode(Fused(tuple(steps), [m.prim.name for m in members]), root, members, inputs)
+        head, operands, tail = describe(m)
+        steps.append((*head, step_operands(m, operands, step_of, in_index, inputs), *tail))
+    return steps, inputs
 
 
 def step_operands(m: ArrayData, operands: tuple, step_of: dict, in_index: dict, inputs: list) -> tuple:

@@ -204,11 +204,7 @@ def _size(shape: tuple) -> int:
 
 
 def _build(root: ArrayData, members: list, pos: dict, kinds: dict, n: int) -> FusedNode:
-    step_of = {m: j for j, m in enumerate(members)}
-    inputs: list = []
-    in_index: dict = {}
-    steps = []
-    for m in members:
+    def step(m: ArrayData) -> tuple:
         p = m.prim
         mk = kinds[m]
         if mk == "e":
@@ -216,7 +212,7 @@ def _build(root: ArrayData, members: list, pos: dict, kinds: dict, n: int) -> Fu
                                   else ("astype", "identity", (0,)))
         else:
             kind, op, operands = ("reduce" if mk == "r" else "softmax"), p, (0,)
-        ops = fusion.step_operands(m, operands, step_of, in_index, inputs)
-        steps.append((kind, op, ops, m.dtype, m.shape[-1] == n and mk != "r"))
+        return (kind, op), operands, (m.dtype, m.shape[-1] == n and mk != "r")
+    steps, inputs = fusion.build_steps(members, step)
     prim = RowFused(tuple(steps), [m.prim.name for m in members], n)
     return FusedNode(prim, root, members, inputs)
