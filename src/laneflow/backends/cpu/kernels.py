@@ -43,6 +43,8 @@ def _apply(fn, args, out):
         return
     f = UFUNCS.get(fn)
     if f is not None:
+        if fn == "nextafter":  # the step is the output dtype's: a weak Python scalar must not pick a wider loop
+            args = [a if a.__class__ is np.ndarray else np.asarray(a, out.dtype) for a in args]
         f(*args, out=out, casting="unsafe")
     else:
         np.copyto(out, SPECIAL[fn](out.dtype, *args), casting="unsafe")
