@@ -55,6 +55,30 @@ def test_an_update_of_a_value_no_one_else_sees_is_written_in_place(device):
         assert lf.stats()["commands"] <= 2  # the position's upload and the update: no copy of the cache
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_transposed_slice_is_written_into_a_cache_without_a_copy_of_its_own(device, rng, batch):
+    """A decode step's keys: heads of a slice of the qkv product, (b, 1, h, d) transposed to (b, h, 1, d),
+    read by the update through a strided view (graph/views.py), and the cache still written in place."""
+    h, d, S = 3, 4, 8
+    qkv = random_array(rng, (batch, 1, 3 * h * d), np.float32)
+    with lf.stream(lf.new_stream(device, lanes=1)):
+        cache = lf.zeros((batch, h, S, d), dtype=lf.float32)
+        Q = lf.array(qkv)
+        lf.eval(cache, Q)
+        ref = np.zeros((batch, h, S, d), np.float32)
+        for t in range(3):
+            pos = lf.array(np.int32(t))
+            lf.eval(pos)
+            lf.reset_stats()
+            k = Q[..., h * d:2 * h * d].reshape(batch, 1, h, d).transpose(0, 2, 1, 3)
+            cache = lf.dynamic_update_slice(cache, k, (0, 0, pos, 0))
+            del k  # (an array a user holds is a value of its own: evaluated with the cache)
+            lf.eval(cache)
+            assert lf.stats()["commands"] == 1  # the update alone: no copy of k, none of the cache
+            ref[:, :, t] = qkv[..., h * d:2 * h * d].reshape(batch, h, d)
+        np.testing.assert_array_equal(np.asarray(cache), ref)
+
+
 def test_a_compiled_step_takes_a_new_position_every_call_without_a_new_capture(device):
     def step(cache, pos, kv):
         c = lf.dynamic_update_slice(cache, kv, (0, pos, 0))

@@ -354,7 +354,7 @@ def test_dynamic_slice_kernels_compile(update):
                                   (np.float64, (np.int64, np.uint8), (-1, 0, 1)),
                                   (np.int8, (np.int32,), (-1, -1, 0, -1))):
         src, name, codes = D._build(np.dtype(dtype), tuple(np.dtype(d) for d in start_dts), dyn, len(dyn), update)
-        assert codes == "pp" + "p" * len(start_dts) + "DDDq"
+        assert codes == "pp" + "p" * len(start_dts) + "DDDDq"  # window, shape, starts, update strides
         _compile(src, name)
 
 

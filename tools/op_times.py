@@ -1,6 +1,6 @@
 """Device time per op of one GPT-2 small eager forward, from ``lf.trace()`` (no profiler needed).
 
-    python tools/op_times.py [--batch 1] [--tokens 16] [--models nn,plain]
+    python tools/op_times.py [--batch 1] [--tokens 16] [--models nn,plain,decode-plain,decode-nn]
 
 For each model (written with ``lf.nn`` or with plain ops) the forward runs eagerly with the plan cache
 bypassed, so every step is its own command with its own timing events; after two warm-up forwards one
@@ -8,7 +8,8 @@ more runs under ``lf.trace()``, behind a 100 ms sleep kernel on the lane, so tha
 enqueued before the GPU reaches it and its timing events bracket its kernels alone (not the host's
 time between launches). Prints, per op name, the commands and their summed device time, and the
 sum against the span: where the compiled forward's time goes, op by op (a CUDA graph runs the same
-kernels, without the gaps).
+kernels, without the gaps). ``decode-plain`` and ``decode-nn`` time one KV-cache decode step instead
+(``bench decode``'s: a cache of 256 positions filled to 128, attention through plain ops or lf.nn).
 """
 
 from __future__ import annotations
@@ -30,11 +31,24 @@ def times(model: str, batch: int, tokens: int) -> tuple[dict, float, int]:
     params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16, device=dev)
     lf.eval(list(params.values()))
     ids = lf.array(np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, tokens)), stream=st)
-    ops = gpt2.NN_OPS if model == "nn" else gpt2.LANEFLOW_OPS
+    ops = gpt2.NN_OPS if model.endswith("nn") else gpt2.LANEFLOW_OPS
+    if model.startswith("decode"):
+        from laneflow.models import gpt2_decode
+
+        with lf.stream(st):
+            cache = gpt2_decode.init_cache(cfg, batch, 256, dtype=lf.bfloat16)
+            tok, pos = ids[:, 0], lf.array(np.int32(128))
+
+        def run():
+            logits, new = gpt2_decode.decode_step(params, tok, pos, cfg, cache, fused=model == "decode-nn", ops=ops)
+            lf.eval([logits] + [a for kv in new for a in kv])
+    else:
+        def run():
+            lf.eval(gpt2.forward(params, ids, cfg, ops))
     with eval_cache.bypass():
         for _ in range(2):
             with lf.stream(st):
-                lf.eval(gpt2.forward(params, ids, cfg, ops))
+                run()
         from laneflow.backends.cuda.kernels.misc import gpu_sleep
 
         with lf.trace() as tr:
@@ -46,7 +60,7 @@ def times(model: str, batch: int, tokens: int) -> tuple[dict, float, int]:
             anchor = len(tr._raw) + len(tr._deferred)  # commands recorded so far (times come at exit)
             gpu_sleep(st.lanes[0], 0.1)  # the GPU waits until every command is enqueued
             with lf.stream(st):
-                lf.eval(gpt2.forward(params, ids, cfg, ops))
+                run()
     events = tr.events[anchor:]
     per: dict = collections.defaultdict(lambda: [0, 0.0])
     for e in events:

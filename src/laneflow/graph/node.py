@@ -23,6 +23,13 @@ class Scalar:
         return f"Scalar({self.value!r})"
 
 
+def reads_view(prim: "Primitive", pos: int) -> bool:
+    """Whether ``prim``'s kernel reads input ``pos`` through a view of another value's memory
+    (``graph/views.py``): such an input is never written in place."""
+    vs = prim.__dict__.get("in_views")
+    return vs is not None and vs[pos] is not None
+
+
 def _py_type(v: Any) -> type:
     t = v.__class__
     if t is bool or t is int or t is float:

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import CompileError
 from . import schedule as _sched
 from .fusion import FusedNode
+from .node import reads_view
 from .grouping import Group
 from .memory_plan import Value, plan_memory
 from .views import FOLDS_INTO, LAYOUT
@@ -162,7 +163,7 @@ def donation(steps: list[Step], out_refs: list, holders: list, donate) -> dict:
         st = steps[readers[-1]]
         h, spec = holders[i], st.specs[0]
         if (st.prim.donates and st.srcs[0] == src and st.srcs.count(src) == 1
-                and st.prim.__dict__.get("in_views") is None and spec.shape == h.shape and spec.dtype == h.dtype):
+                and not reads_view(st.prim, 0) and spec.shape == h.shape and spec.dtype == h.dtype):
             out[st.first] = i
     return out
 

@@ -17,7 +17,7 @@ from .epilogue import fold as fold_epilogues
 from .fusion import FusedNode, fuse
 from .rowfusion import fuse_rows
 from .grouping import Group, group_matmuls
-from .node import ArrayData, LazyData
+from .node import ArrayData, LazyData, reads_view
 from .views import fold
 
 
@@ -154,7 +154,7 @@ def _donor(d: ArrayData) -> ArrayData | None:
     src = d.inputs[0]
     buf = src.buffer
     if (src.users == 1 and src.arrays == 0 and not buf.exported and src.siblings is None
-            and src.shape == d.shape and src.dtype == d.dtype and d.prim.__dict__.get("in_views") is None):
+            and src.shape == d.shape and src.dtype == d.dtype and not reads_view(d.prim, 0)):
         return src
     return None
 

@@ -39,7 +39,10 @@ _enabled = os.environ.get("LANEFLOW_VIEWS", "") != "0"
 LAYOUT = frozenset(("reshape", "transpose", "broadcast_to", "getitem", "strided"))
 #: Consumer kinds that may read an input through a view (every backend takes contiguous views there).
 FOLDS_INTO = frozenset(("elementwise", "astype", "fused", "rowfused", "reduce", "argreduce", "softmax", "logsumexp", "matmul",
-                        "norm", "attention"))
+                        "norm", "attention", "dynamic_update_slice"))
+#: Kinds that take a view at some input positions only: dynamic_update_slice reads its update through
+#: one, never the array it writes (that one is copied, or donated and written in place).
+FOLD_POSITIONS = {"dynamic_update_slice": (1,)}
 
 
 def set_enabled(on: bool) -> None:
@@ -204,6 +207,9 @@ def _collapse(d: ArrayData, v: tuple) -> bool:
 
 def _accepts(d, pos: int, shape: tuple, strides: tuple, backend) -> bool:
     if table.validated_on_host(d.prim, pos):
+        return False
+    only = FOLD_POSITIONS.get(d.prim.kind)
+    if only is not None and pos not in only:
         return False
     return is_contiguous(shape, strides) or d.prim.kind in backend.strided_kinds
 

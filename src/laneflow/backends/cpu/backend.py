@@ -67,7 +67,7 @@ class CPUBackend(Backend):
     #: float matmuls run epilogues (graph/epilogue.py)
     matmul_epilogues = frozenset(np.dtype(d) for d in ("float16", "float32", "float64")) | {bfloat16}
     strided_kinds = frozenset(("elementwise", "astype", "fused", "rowfused", "reduce", "argreduce", "softmax", "logsumexp",
-                               "norm", "attention"))
+                               "norm", "attention", "dynamic_update_slice"))
 
     def strided_view(self, data: np.ndarray, view: tuple) -> np.ndarray:
         return as_view(data, *view)

@@ -95,7 +95,7 @@ class CUDABackend(Backend):
     matmul_epilogues = frozenset((np.dtype("float16"), np.dtype("float32"), bfloat16))
     #: cuBLASLt reads transposed and strided matrices in place (``matmul._strided_matrix``); the
     #: attention kernel reads q, k, v and the mask through any strides (the heads of a QKV projection)
-    strided_kinds = frozenset(("matmul", "attention"))
+    strided_kinds = frozenset(("matmul", "attention", "dynamic_update_slice"))
 
     def strided_view(self, data, view: tuple):
         """``data`` (a DeviceArray) read through a view: a plain view when it is contiguous, else a
