@@ -150,3 +150,65 @@ def test_a_buffer_written_in_place_again_and_again_does_not_pile_up_passed_check
     assert max(carried) <= 2, carried
     np.testing.assert_array_equal(cache.data, 40.0)
     s.close()
+
+
+def test_unread_checks_of_finished_commands_are_not_carried_on_but_failures_are():
+    """A decode loop never reads its cache on the host: a check whose command has finished and whose
+    words are clean is dropped when the next write merges checks (``DeferredCheck.passed``), so the
+    cache carries only the few still in flight (on an H200 each call's merge grew with the loop:
+    18 ms a call after a thousand calls on the fake driver); a failing one stays to be raised."""
+    from laneflow.graph import schedule as sched
+    from laneflow.graph.node import ArrayData
+    from laneflow.runtime import lane as lane_mod
+
+    class Finished(DeferredCheck):
+        __slots__ = ("done",)
+
+        def __init__(self, read):
+            super().__init__(read)
+            self.done = False
+
+        def passed(self, poll: bool = False) -> bool:
+            return super().passed(poll) or (self.done and self.error() is None)
+
+    s = lf.new_stream(lf.cpu, lanes=1)
+    be = s.backend
+    cache = be.allocate(lf.cpu, (3,), np.dtype(np.float64), "t")
+    cache.data[:] = 0.0
+    issued, carried = [], []
+    for step in range(60):
+        check = Finished((lambda: lf.LaneflowError("step 50 failed")) if step == 50 else (lambda: None))
+        issued.append(check)
+
+        def update(lane, check=check):
+            cache.data[:] += 1.0
+            assert lane.defer(check)
+
+        with sched.LOCK:
+            s.encoder.encode("update", update, [cache], [cache])
+        s.synchronize()
+        for c in issued[:-2]:  # all but the last two calls' commands have "finished"
+            c.done = True
+        carried.append(len(cache.checks or ()))
+    assert max(carried) <= lane_mod._POLL_AFTER + 2, carried
+    d = ArrayData((3,), np.dtype(np.float64), s, None)
+    d.buffer = cache
+    with pytest.raises(lf.LaneflowError, match="step 50 failed"):
+        sched.wait(d)
+    s.close()
+
+
+def test_a_compiled_step_with_device_checks_keeps_its_donated_buffer_checks_bounded(device):
+    """The same on the real path: a compiled step gathering at a device position (a checked index)
+    and writing a donated buffer, called many times without a host read of the buffer."""
+    f = lf.compile(lambda buf, table, pos: lf.dynamic_update_slice(buf, lf.take(table, pos, axis=0)[None], (pos, 0)),
+                   donate_argnums=(0,))
+    with lf.stream(lf.new_stream(device, lanes=2)):
+        table = lf.array(np.arange(12.0).reshape(6, 2))
+        buf = lf.zeros((6, 2))
+        sizes = []
+        for k in range(120):
+            buf = f(buf, table, lf.array(np.int64(k % 6)))
+            sizes.append(len(buf._data.buffer.checks or ()) if buf._data.buffer is not None else 0)
+        np.testing.assert_array_equal(np.asarray(buf), np.arange(12.0).reshape(6, 2))
+    assert max(sizes[60:]) <= 8, sizes

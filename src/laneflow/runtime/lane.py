@@ -78,13 +78,24 @@ class DeferredCheck:
     def bind(self, lane: "Lane", seq: int) -> None:
         """Called once the command is submitted: which point the check belongs to."""
 
+    def passed(self, poll: bool = False) -> bool:
+        """True when the check is known to have passed without waiting for the device: already read
+        and clean, or (a backend's check that knows its command) its command finished and the read
+        clean. ``poll``: the backend may ask the device whether the command finished (no wait)."""
+        return self._read is None and self._error is None
+
+
+#: Checks a buffer may carry before merging asks the device which of their commands have finished.
+_POLL_AFTER = 4
+
 
 def _merge(a: tuple | None, b: tuple) -> tuple | None:
-    """The checks of ``a`` and ``b``, each once, less those already read and passed: a buffer written in
-    place call after call (a donated KV cache) would otherwise carry every earlier call's checks."""
+    """The checks of ``a`` and ``b``, each once, less those known to have passed: a buffer written in
+    place call after call (a donated KV cache that no one reads on the host) would otherwise carry
+    every earlier call's checks, and merging them would grow with every call."""
     out = list(a) if a else []
     for c in b:
-        if c._read is None and c._error is None:
+        if c.passed(len(out) >= _POLL_AFTER):
             continue
         if not any(c is x for x in out):
             out.append(c)

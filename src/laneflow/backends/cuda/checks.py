@@ -107,6 +107,14 @@ class SlotCheck(DeferredCheck):
     def bind(self, lane, seq: int) -> None:
         self.lane, self.seq = lane, seq
 
+    def passed(self, poll: bool = False) -> bool:
+        if self._read is None:
+            return self._error is None
+        lane = self.lane
+        if lane is None or not (lane.fence.known(self.seq) or (poll and lane.fence.value >= self.seq)):
+            return False
+        return self.error() is None  # the command finished: its slot holds its final words
+
     def __del__(self) -> None:
         try:
             self.slots.give_back(self.slot, self.lane, self.seq)

@@ -122,17 +122,15 @@ PREAMBLE = r"""
 struct Dims { long long v[8]; };
 
 __device__ __forceinline__ float lf_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-// A NaN converts as numpy (and x86's F16C) converts it: sign and top payload bits kept, quiet bit set;
-// cvt gives the GPU's canonical NaN (0x7fff), whose bits differ. Likewise bfloat16 as ml_dtypes: 0x7fc0.
+// A NaN stores as numpy's quiet NaN with its sign (0x7e00; bfloat16 as ml_dtypes, 0x7fc0): cvt gives the
+// GPU's canonical NaN (0x7fff), and the GPU's loads and arithmetic lose payloads anyway (cvt.f32.f16
+// of 0x7e00 is 0x7fffffff), so numpy's usual NaN is the one bit pattern both sides can agree on.
 __device__ __forceinline__ unsigned short lf_f2h(float f) {
-  if (f != f) { unsigned u = __float_as_uint(f); return (unsigned short)(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x1ffu)); }
+  if (f != f) return (unsigned short)((__float_as_uint(f) >> 16 & 0x8000u) | 0x7e00u);
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
 __device__ __forceinline__ unsigned short lf_d2h(double d) {
-  if (d != d) {
-    unsigned long long u = (unsigned long long)__double_as_longlong(d);
-    return (unsigned short)(((u >> 48) & 0x8000u) | 0x7e00u | ((u >> 42) & 0x1ffu));
-  }
+  if (d != d) return (unsigned short)(((unsigned long long)__double_as_longlong(d) >> 48 & 0x8000u) | 0x7e00u);
   unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h;
 }
 __device__ __forceinline__ float lf_b2f(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
