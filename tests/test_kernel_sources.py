@@ -484,3 +484,25 @@ def test_complex_parts_read_the_complex_value(fn, part, dtype, real):
     src, name, _ = E._build(fn, ("c",), (d,), list(loop), (), r, out_loop, 0, False)
     assert f"{part}(" in src
     _compile(src, name)
+
+
+@pytest.mark.parametrize("split", [1, 8])
+def test_attention_kernels_compile(split):
+    """One warp per query row, and split mode (a block of warps sharing one row's keys, merged at the end)."""
+    from laneflow.backends.cuda.kernels import attention as A
+
+    for dtype, mask_dt, mask, causal, D, Dv in ((lf.bfloat16, None, None, True, 64, 64),
+                                                (np.float32, np.dtype(np.bool_), "bool", False, 64, 32),
+                                                (np.float64, np.dtype(np.float64), "additive", False, 80, 96)):
+        src, name, codes = A._build(np.dtype(dtype), mask_dt, mask, causal, D, Dv, split)
+        assert ("sa_" in src) == (split > 1)
+        _compile(src, name)
+
+
+@pytest.mark.parametrize("tpr", [32, 256])
+def test_norm_kernels_compile(tpr):
+    from laneflow.backends.cuda.kernels import norm as N
+
+    for op, vpl in (("layer_norm", 4), ("rms_norm", 0), ("layer_norm", 32)):
+        _compile(*N._build(op, lf.bfloat16, lf.bfloat16, lf.bfloat16 if op == "layer_norm" else None, lf.bfloat16,
+                           tpr, vpl)[:2])

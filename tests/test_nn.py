@@ -157,6 +157,7 @@ CASES = {
     "long keys, several chunks": dict(q=(1, 2, 40, 40), kv=(1, 2, 100, 40)),
     "value width differs": dict(q=(2, 2, 4, 24), kv=(2, 2, 6, 24), dv=40),
     "head_dim 128": dict(q=(1, 2, 3, 128), kv=(1, 2, 33, 128), causal=True),
+    "decode, 256 keys, grouped": dict(q=(1, 4, 1, 64), kv=(1, 2, 256, 64), causal=True),
 }
 
 
@@ -203,6 +204,23 @@ def test_attention_masks(device, rng, kind):
         _close(o, ref, dtype)
         if kind == "a row sees no key":
             assert not np.asarray(o)[:, :, 2].any()  # zeros, not NaN
+
+
+def test_a_decode_step_masked_to_a_prefix_and_a_head_that_sees_nothing(device, rng):
+    """Few query rows split their keys over warps (the GPU's split mode): a mask keeping a prefix of 256
+    cached positions, one row seeing no key at all (zeros), warps whose keys are all masked."""
+    B, H, S, D = 2, 3, 256, 64
+    q, qr = _arr(rng, (B, H, 1, D), np.float32)
+    k, kr = _arr(rng, (B, H, S, D), np.float32)
+    v, vr = _arr(rng, (B, H, S, D), np.float32)
+    m = np.zeros((B, H, 1, S), bool)
+    m[0, :, :, :129] = True
+    m[1, 0, :, 200:] = True
+    m[1, 2, :, 37] = True  # (head 1 of batch 1 sees nothing)
+    with lf.stream(lf.new_stream(device)):
+        o = lf.nn.scaled_dot_product_attention(lf.array(q), lf.array(k), lf.array(v), mask=lf.array(m), scale=0.125)
+        _close(o, _sdpa_ref(qr, kr, vr, mask=m, scale=0.125), np.float32)
+        assert not np.asarray(o)[1, 1].any()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])

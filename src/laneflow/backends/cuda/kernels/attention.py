@@ -1,6 +1,7 @@
 """lf.nn.scaled_dot_product_attention: one flash-style NVRTC kernel, scores never stored.
 
-One warp per query row (four rows per block; grid (rows / 4, Hq, B)). The warp holds the scaled
+One warp per query row (four rows per block; grid (rows / 4, Hq, B)); with few query rows (a decode
+step) a block of eight warps per row, which split its keys and merge their states at the end. The warp holds the scaled
 query in shared memory and walks the visible keys 32 at a time: lane j scores key j (its dot product
 with the query, then the mask), the warp takes the chunk's maximum and sum with shuffles, rescales its
 running output (online softmax: running max ``m``, running sum ``l``) and adds the chunk's weighted
@@ -23,9 +24,17 @@ from ....shapes import contiguous_strides
 from . import cdefs as C
 
 _WARPS = 4
+#: Split mode (few query rows: a decode step, Tq = 1): one block of _SPLIT warps per query row, warp w
+#: walking key chunks w, w + _SPLIT, ..., and the warps' (max, sum, output) states merged in shared
+#: memory at the end. With one warp per row a GPT-2 decode step's 12 rows walked 256 keys each in
+#: series: 58 us a call on the H200 (tools/op_times.py decode-nn, 2026-12-04).
+_SPLIT = 8
+#: Query rows (B x Hq x Tq) below which a launch splits the keys; over it, rows fill the GPU as they are.
+_SPLIT_ROWS_PER_SM = 2
 
 
-def _build(dt, mask_dt, mask: str | None, causal: bool, D: int, Dv: int):
+def _build(dt, mask_dt, mask: str | None, causal: bool, D: int, Dv: int, split: int = 1):
+    """Kernel source; ``split`` > 1: that many warps share one query row's keys (split mode)."""
     W = "double" if dt == float64 else "float"
     T = C.storage(dt)
     dpl, vpl = max(1, -(-D // 32)), max(1, -(-Dv // 32))
@@ -46,11 +55,13 @@ def _build(dt, mask_dt, mask: str | None, causal: bool, D: int, Dv: int):
     elif mask == "additive":
         score = f"        s += {ld('msk[mb_ + j * md]', mask_dt)};\n"
     jmax = "(Tk < i + Tk - Tq + 1 ? Tk : i + Tk - Tq + 1)" if causal else "Tk"
+    nw = split if split > 1 else _WARPS
+    first, stride = ("w * 32", f"{32 * split}") if split > 1 else ("0", "32")
     src = f"""
-extern "C" __global__ void __launch_bounds__({_WARPS * 32}) lf_attn({", ".join(sig)}) {{
-  __shared__ {W} qs[{_WARPS}][{dpl * 32}];
+extern "C" __global__ void __launch_bounds__({nw * 32}) lf_attn({", ".join(sig)}) {{
+  __shared__ {W} qs[{nw}][{dpl * 32}];
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const long long i = (long long)blockIdx.x * {_WARPS} + w;
+  const long long i = {"blockIdx.x" if split > 1 else f"(long long)blockIdx.x * {_WARPS} + w"};
   if (i >= Tq) return;
   const long long h = blockIdx.y, b = blockIdx.z, kh = h / group;
   const {T}* qr = q + b * qb + h * qh + i * qt;
@@ -64,7 +75,7 @@ extern "C" __global__ void __launch_bounds__({_WARPS * 32}) lf_attn({", ".join(s
   {W} m = -INFINITY, l = 0, acc[{vpl}];
   #pragma unroll
   for (int t = 0; t < {vpl}; ++t) acc[t] = 0;
-  for (long long j0 = 0; j0 < jmax; j0 += 32) {{
+  for (long long j0 = {first}; j0 < jmax; j0 += {stride}) {{
     const long long j = j0 + lane;
     {W} s = -INFINITY;
     if (j < jmax) {{
@@ -95,13 +106,37 @@ extern "C" __global__ void __launch_bounds__({_WARPS * 32}) lf_attn({", ".join(s
     m = nm;
   }}
   {T}* orow = out + ((b * Hq + h) * Tq + i) * {Dv};
-  #pragma unroll
+{_merge(W, vpl, split) if split > 1 else ""}  #pragma unroll
   for (int t = 0; t < {vpl}; ++t) {{ int d = lane + 32 * t; if (d < {Dv}) orow[d] = {C.store(f"(l > 0 ? acc[t] / l : ({W})0)", dt)}; }}
 }}
 """
     # (k's head stride is named kh_ in the body: kh is the key/value head index)
     src = src.replace("long long kh,", "long long kh_,", 1)
     return src, "lf_attn", codes
+
+
+def _merge(W: str, vpl: int, split: int) -> str:
+    """Split mode's end: every warp's (max, sum, output) into shared memory; warp 0 rescales each to the
+    common maximum and adds them up (a warp that saw no visible key has max -inf and adds nothing)."""
+    return f"""  __shared__ {W} sm_[{split}], sl_[{split}], sa_[{split}][{vpl * 32}];
+  if (lane == 0) {{ sm_[w] = m; sl_[w] = l; }}
+  #pragma unroll
+  for (int t = 0; t < {vpl}; ++t) sa_[w][lane + 32 * t] = acc[t];
+  __syncthreads();
+  if (w != 0) return;
+  {W} M = -INFINITY;
+  for (int u = 0; u < {split}; ++u) M = sm_[u] > M ? sm_[u] : M;
+  l = 0;
+  #pragma unroll
+  for (int t = 0; t < {vpl}; ++t) acc[t] = 0;
+  for (int u = 0; u < {split}; ++u) {{
+    if (sm_[u] == -INFINITY) continue;
+    const {W} c_ = lf_exp(sm_[u] - M);
+    l += sl_[u] * c_;
+    #pragma unroll
+    for (int t = 0; t < {vpl}; ++t) acc[t] += sa_[u][lane + 32 * t] * c_;
+  }}
+"""
 
 
 def _strides(x) -> tuple:
@@ -120,11 +155,15 @@ def attention(lane, prim, ins, outs) -> None:
     B, Hq, Tq, D = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     m = ins[3] if prim.mask is not None else None
-    spec = ("attn", q.dtype, None if m is None else m.dtype, prim.mask, prim.causal, D, Dv)
     ctx = lane.ctx
+    split = _SPLIT if B * Hq * Tq < _SPLIT_ROWS_PER_SM * ctx.sm_count and Tk > 32 else 1
+    spec = ("attn", q.dtype, None if m is None else m.dtype, prim.mask, prim.causal, D, Dv, split)
     kern = ctx.modules.get(spec, lambda: _build(q.dtype, None if m is None else m.dtype, prim.mask, prim.causal,
-                                                D, Dv))
+                                                D, Dv, split))
     ms = _strides(m) if m is not None else (0, 0, 0, 0)
     args = [out.ptr, q.ptr, k.ptr, v.ptr] + ([m.ptr] if m is not None else [])
     args += [Hq, Tq, Tk, Hq // Hkv, *_strides(q), *_strides(k), *_strides(v), *ms, prim.scale]
-    kern.launch(lane.handle, (-(-Tq // _WARPS), Hq, B), (_WARPS * 32, 1, 1), tuple(args))
+    if split > 1:
+        kern.launch(lane.handle, (Tq, Hq, B), (split * 32, 1, 1), tuple(args))
+    else:
+        kern.launch(lane.handle, (-(-Tq // _WARPS), Hq, B), (_WARPS * 32, 1, 1), tuple(args))

@@ -1,7 +1,7 @@
 """lf.nn.layer_norm and rms_norm: one kernel, contiguous rows over the last axis.
 
-Rows of up to 1,024 elements take one warp each (``vpl`` values per lane in registers, shuffles only);
-longer rows one block of 256 threads (registers up to 8,192 elements, then three reads of the row
+Rows of up to 1,024 elements take one warp each when there are many rows (``vpl`` values per lane in
+registers, shuffles only); few rows, or longer ones, one block of 256 threads each (registers up to 8,192 elements, then three reads of the row
 from global memory). Statistics accumulate in float32 (float64 for float64), two passes over the
 held values as numpy does: the mean, then the mean squared deviation; ``(x - mean) / sqrt(var + eps)``
 with a division, as the CPU reference computes it.
@@ -18,6 +18,10 @@ _THREADS = 256
 _WARP_MAX = 1024
 #: Longest row a block holds in registers (256 threads x 32 values).
 _BLOCK_MAX = 8192
+#: A warp per row only when there are this many rows per SM: with fewer, a row's three dependent passes
+#: on one warp are the kernel's whole time (GPT-2's 768-wide rows at 1 to 16 tokens: 15.7 us a norm on
+#: the H200 against 8.9 us for the same rows as a block-per-row program, tools/op_times.py 2026-12-04).
+_WARP_ROWS_PER_SM = 4
 
 
 def _build(op: str, x_dt, w_dt, b_dt, out_dt, tpr: int, vpl: int):
@@ -90,7 +94,7 @@ def norm(lane, prim, ins, outs) -> None:
     rows = out.size // N
     w = ins[1] if prim.weight else None
     b = ins[1 + prim.weight] if prim.bias else None
-    if N <= _WARP_MAX:
+    if N <= _WARP_MAX and rows >= _WARP_ROWS_PER_SM * lane.ctx.sm_count:
         tpr = 32
         vpl = -(-N // 32)
     else:
