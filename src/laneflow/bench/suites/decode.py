@@ -106,6 +106,9 @@ def _step_case(ctx, cfg, weights: dict, B: int, S: int, POS: int, dt) -> list:
             tag = "laneflow lf.nn" if fused else "laneflow"
             if not fused:
                 rows.append(lfi.guard(case, f"{tag} eager", 1, lambda: _laneflow_step(case, ctx, False, fused, 1)))
+                # one lane: a decode step is a chain; its graph then has no cross-branch edges
+                rows.append(lfi.guard(case, f"{tag} compiled, caches donated", 1,
+                                      lambda: _laneflow_step(case, ctx, True, fused, 1)))
             rows.append(lfi.guard(case, f"{tag} compiled, caches donated", ctx.lanes,
                                   lambda fused=fused: _laneflow_step(case, ctx, True, fused, ctx.lanes)))
     return ctx.run_case(case, "decode", rows)
