@@ -321,7 +321,10 @@ def rowfused(lane, prim, ins, outs) -> None:
     args.extend(tail)
     ctx = lane.ctx
     grid = (int(min(rows, ctx.sm_count * 32)), 1, 1)
-    kern.launch(lane.handle, grid, (_threads(n), 1, 1), args)
+    threads = _threads(n)
+    if rows < 2 * ctx.sm_count and n > 64:  # few rows (a decode step): twice the threads, shorter walks
+        threads = min(2 * threads, 512)
+    kern.launch(lane.handle, grid, (threads, 1, 1), args)
 
 
 def _plan(ctx, steps: tuple, ins: list, full: tuple, out_dt) -> tuple:
