@@ -1,0 +1,85 @@
+"""Host time against device time of one compiled GPT-2 decode step (bench decode's, bf16, cache 256).
+
+    python tools/probe_decode_host.py [--batch 1] [--lanes 4] [--calls 200]
+
+Three figures per batch size: the host's time per call with the GPU held back (a sleep kernel on the
+lane, so no call waits for the device: the compiled call's own host cost), the steady-state time per
+call (calls back to back, one synchronisation at the end: max(host, device) when they overlap), and
+the device time of one call (events around a single replay). When the steady state is near the host
+time, the step is host-bound. ``--fake`` runs on the fake driver (host cost only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", default="1,8")
+    ap.add_argument("--lanes", type=int, default=4)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--fake", action="store_true")
+    a = ap.parse_args()
+    if a.fake:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "doubles"))
+        import fake_cuda
+
+        fake_cuda.install()
+    import laneflow as lf
+    from laneflow.models import gpt2
+    from laneflow.models import gpt2_decode as dec
+
+    cfg = gpt2.GPT2Config()
+    dev = lf.Device("gpu")
+    print(f"{'B':>3s} {'lanes':>5s} {'host µs/call':>13s} {'steady µs/call':>15s} {'one call µs':>12s}")
+    for B in (int(b) for b in a.batch.split(",")):
+        st = lf.new_stream(dev, lanes=a.lanes)
+        with lf.stream(st):
+            params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16, device=dev)
+            cache = dec.init_cache(cfg, B, 256, dtype=lf.bfloat16)
+            tok, pos = lf.array(np.arange(B, dtype=np.int32)), lf.array(np.int32(128))
+            lf.eval(list(params.values()), *[x for kv in cache for x in kv], tok, pos)
+        f = lf.compile(lambda p, t, q, c: dec.decode_step(p, t, q, cfg, c), donate_argnums=(3,))
+        state = {"c": cache}
+
+        def call():
+            with lf.stream(st):
+                _, state["c"] = f(params, tok, pos, state["c"])
+
+        for _ in range(20):
+            call()
+        st.synchronize()
+        host = steady = one = float("nan")
+        if not a.fake:
+            from laneflow.backends.cuda.kernels.misc import gpu_sleep
+
+            gpu_sleep(st.lanes[0], 2.0)  # the GPU waits: every call below is host time alone
+        t = time.perf_counter()
+        for _ in range(a.calls):
+            call()
+        host = (time.perf_counter() - t) / a.calls * 1e6
+        st.synchronize()
+        t = time.perf_counter()
+        for _ in range(a.calls):
+            call()
+        st.synchronize()
+        steady = (time.perf_counter() - t) / a.calls * 1e6
+        ones = []
+        for _ in range(20):
+            st.synchronize()
+            t = time.perf_counter()
+            call()
+            st.synchronize()
+            ones.append((time.perf_counter() - t) * 1e6)
+        one = float(np.median(ones))
+        print(f"{B:3d} {a.lanes:5d} {host:13.1f} {steady:15.1f} {one:12.1f}")
+
+
+if __name__ == "__main__":
+    main()
