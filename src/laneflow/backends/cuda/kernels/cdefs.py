@@ -115,7 +115,22 @@ def conv(expr: str, src: np.dtype, dst: np.dtype) -> str:
     return f"(({compute(dst)})({expr}))"
 
 
-PREAMBLE = r"""
+def _float_overloads(names: tuple, arity: int) -> str:
+    """``lf_<name>`` for float and double, calling CUDA's ``<name>f`` and ``<name>`` (math functions)."""
+    out = []
+    args = "abc"[:arity]
+    for n in names:
+        for T, f in (("float", n + "f"), ("double", n)):
+            ps = ", ".join(f"{T} {v}" for v in args)
+            out.append(f"__device__ __forceinline__ {T} lf_{n}({ps}) {{ return {f}({', '.join(args)}); }}\n")
+    return "".join(out)
+
+
+# The pieces of PREAMBLE. _DEVICE_ONLY needs a CUDA compiler: the kernels' shape struct, INFINITY (NVRTC
+# has no headers) and the half-precision conversions in inline PTX. REAL_MATH (integer helpers, the float
+# and double math overloads) and COMPLEX_PREAMBLE are plain C++ over the CUDA math functions, so that
+# tests/test_cuda_complex_host.py can build them, unchanged, with a host compiler.
+_DEVICE_ONLY = r"""
 #ifndef INFINITY
 #define INFINITY (__int_as_float(0x7f800000))
 #endif
@@ -140,7 +155,20 @@ __device__ __forceinline__ unsigned short lf_f2b(float f) {
 }
 // double -> bfloat16 through float, as ml_dtypes (the CPU reference) converts.
 __device__ __forceinline__ unsigned short lf_d2b(double d) { return lf_f2b((float)d); }
+// nextafter of float16 (BF 0) or bfloat16 (BF 1) values held in floats: one step of the 16-bit word.
+template <int BF> __device__ __forceinline__ float lf_nextafter16(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a == b) return b;
+  unsigned short h = BF ? lf_f2b(a) : lf_f2h(a);
+  if (a == 0.0f) h = b > 0.0f ? 0x0001 : 0x8001;
+  else if ((a < b) == (a > 0.0f)) h += 1;
+  else h -= 1;
+  return BF ? lf_b2f(h) : lf_h2f(h);
+}
+"""
 
+REAL_MATH = r"""
 template <class T> struct lf_u { typedef T t; };
 template <> struct lf_u<signed char> { typedef unsigned char t; };
 template <> struct lf_u<short> { typedef unsigned short t; };
@@ -206,17 +234,6 @@ __device__ __forceinline__ double lf_hypot(double a, double b) { return hypot(a,
 // its canonical NaN, whose bits differ from numpy's).
 __device__ __forceinline__ float lf_nextafter(float a, float b) { return a != a ? a : (b != b ? b : nextafterf(a, b)); }
 __device__ __forceinline__ double lf_nextafter(double a, double b) { return a != a ? a : (b != b ? b : nextafter(a, b)); }
-// nextafter of float16 (BF 0) or bfloat16 (BF 1) values held in floats: one step of the 16-bit word.
-template <int BF> __device__ __forceinline__ float lf_nextafter16(float a, float b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if (a == b) return b;
-  unsigned short h = BF ? lf_f2b(a) : lf_f2h(a);
-  if (a == 0.0f) h = b > 0.0f ? 0x0001 : 0x8001;
-  else if ((a < b) == (a > 0.0f)) h += 1;
-  else h -= 1;
-  return BF ? lf_b2f(h) : lf_h2f(h);
-}
 __device__ __forceinline__ bool lf_isfinite(float x) { return isfinite(x); }
 __device__ __forceinline__ bool lf_isfinite(double x) { return isfinite(x); }
 
@@ -259,25 +276,14 @@ template <class T> __device__ __forceinline__ T lf_min_nan(T a, T b) { return (a
 template <class T> __device__ __forceinline__ T lf_sign_f(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : (a == 0 ? (T)0 : a)); }  // -0 gives +0 (numpy, the standard); NaN stays
 """
 
-
-def _float_overloads(names: tuple, arity: int) -> str:
-    """``lf_<name>`` for float and double, calling CUDA's ``<name>f`` and ``<name>`` (math functions)."""
-    out = []
-    args = "ab"[:arity]
-    for n in names:
-        for T, f in (("float", n + "f"), ("double", n)):
-            ps = ", ".join(f"{T} {v}" for v in args)
-            out.append(f"__device__ __forceinline__ {T} lf_{n}({ps}) {{ return {f}({', '.join(args)}); }}\n")
-    return "".join(out)
-
-
 # The array API's elementwise functions: float and double overloads, and the integer shifts and
 # tests with numpy's results (a shift by the bit width or more, or by a negative count: 0, or -1 for a
 # negative number shifted right; C leaves those undefined).
-PREAMBLE += _float_overloads(("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "expm1",
+REAL_MATH += _float_overloads(("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "expm1",
                               "log2", "log10", "ceil", "trunc", "rint"), 1)
-PREAMBLE += _float_overloads(("atan2",), 2)
-PREAMBLE += r"""
+REAL_MATH += _float_overloads(("atan2",), 2)
+REAL_MATH += _float_overloads(("fma",), 3)
+REAL_MATH += r"""
 template <class T> __device__ __forceinline__ T lf_shl(T a, T b) {
   typedef typename lf_u<T>::t U;
   return ((unsigned long long)(long long)b < sizeof(T) * 8) ? (T)(U)((U)a << (int)b) : (T)0;
@@ -294,9 +300,40 @@ __device__ __forceinline__ bool lf_signbit(double x) { return signbit(x); }
 
 # Complex numbers: numpy's layout (real part, then imaginary), operators as hidden friends so that a
 # real operand converts (``z != 0``, ``(lf_c64)1 / z``); the default constructor stays trivial so the
-# type may live in shared memory and vector structs. The functions follow C99 Annex G's formulas (what
-# numpy's npy_c* compute) with the array API's special cases for infinities and zeros where marked.
+# type may live in shared memory and vector structs. The functions give C99 Annex G's values (what
+# numpy's npy_c* compute) and the array API standard's special cases; the comment at the top of the
+# string says how.
 COMPLEX_PREAMBLE = r"""
+// Complex math of lf_cx<float> and lf_cx<double>. NVRTC compiles this text for the kernels, and
+// tests/test_cuda_complex_host.py builds the same text with the host compiler and checks it against
+// numpy and the array API standard's special cases.
+//
+// - Each function first settles non-finite operands (and the zeros the standard pins down) as C99
+//   Annex G and the standard list them, so the formulas after that see finite numbers only.
+// - exp, expm1, sinh, cosh: the textbook formulas; where e^x alone would overflow but e^x cos(y) need
+//   not, e^x is applied in four quarters. tanh: (sinh x cosh x + i sin y cos y) / (sinh^2 x + cos^2 y),
+//   which has no cancellation near its poles; past |x| = 22 the real part is +-1 to the last bit.
+// - log: log|z| through log1p of |z|^2 - 1 where |z| is near 1 (log of a rounded |z| keeps only its
+//   rounding error there), that difference formed with the squares' exact rounding errors (fma);
+//   elsewhere |z| is scaled where it would overflow or lose bits to subnormals.
+// - sqrt: t = sqrt((|x| + |z|) / 2), the other part y / 2t (nothing cancels), the same scaling.
+// - asin, acos, asinh, acosh: Hull, Fairgrieve and Tang, "Implementing the complex arcsine and
+//   arccosine functions using exception handling" (ACM TOMS 1997). For x, y >= 0 let R = |z + 1|,
+//   S = |z - 1|, A = (R + S) / 2 >= 1 and B = x / A; then asin z = asin B + i log(A + sqrt(A^2 - 1))
+//   and acos z = acos B - i (the same). Past B = 0.6417 the real parts come from atan2 of x and
+//   sqrt(A^2 - x^2), below A = 1.5 the imaginary part from log1p of A - 1 (the paper's crossovers);
+//   both are written with R - (x + 1) = y^2 / (R + x + 1) and the like, so no nearly equal numbers are
+//   subtracted, and for y far below 1 - x (where y^2 may underflow) Im = y / sqrt(1 - x^2). Past |x| or
+//   |y| = 1/eps, where those squares head for overflow, the asymptotic forms are exact to rounding
+//   (their error is O(1/|z|^2)): Re asin z = atan2(x, y), Re acos z = atan2(y, x), and the imaginary
+//   part log 2 + log|z|. The other signs follow by symmetry; asinh z = i asin(-i z), and
+//   acosh z = +-i acos z, the sign giving a real part >= 0.
+// - atanh: Re = log1p(4x / ((1 - x)^2 + y^2)) / 4 (near z = 1, where those squares may underflow, the
+//   difference of log|1 + z| and log|1 - z|), Im = atan2(2y, (1 - x)(1 + x) - y^2) / 2; past 1/eps,
+//   atanh z = 1/z +- i pi/2 to rounding.
+// - sin, cos, tan, asin, atan: the standard defines them through the hyperbolic ones (sin z =
+//   -i sinh(iz), ...); multiplying by +-i only swaps parts and flips signs, so the special cases carry
+//   over exactly.
 #ifndef NAN
 #define NAN (__int_as_float(0x7fc00000))
 #endif
@@ -339,9 +376,40 @@ template <class T> __device__ __forceinline__ T lf_abs(lf_cx<T> z) { return lf_h
 template <class T> __device__ __forceinline__ bool lf_isnan(lf_cx<T> z) { return z.re != z.re || z.im != z.im; }
 template <class T> __device__ __forceinline__ bool lf_isinf(lf_cx<T> z) { return lf_isinf(z.re) || lf_isinf(z.im); }
 template <class T> __device__ __forceinline__ bool lf_isfinite(lf_cx<T> z) { return lf_isfinite(z.re) && lf_isfinite(z.im); }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_cnan() { return lf_cx<T>(T(NAN), T(NAN)); }
+
+// Thresholds of each precision. eps: half an ulp of 1. big: 1/eps, past which the inverse functions'
+// asymptotic forms are exact to rounding. huge: a quarter of the largest finite number. tiny: the
+// smallest normal number. exp_max: below the largest x whose exp(x) is finite. up: 2^k (k even) that
+// lifts a subnormal above tiny, with up_sqrt = 2^(k/2) and up_log = k log 2.
+template <class T> struct lf_fp;
+template <> struct lf_fp<float> {
+  static __device__ __forceinline__ float sqrt_eps() { return 2.44140625e-4f; }  // 2^-12
+  static __device__ __forceinline__ float big() { return 16777216.0f; }  // 2^24
+  static __device__ __forceinline__ float huge() { return 8.50705917e37f; }  // 2^125
+  static __device__ __forceinline__ float tiny() { return 1.17549435e-38f; }  // 2^-126
+  static __device__ __forceinline__ float exp_max() { return 88.0f; }
+  static __device__ __forceinline__ float up() { return 67108864.0f; }  // 2^26
+  static __device__ __forceinline__ float up_sqrt() { return 8192.0f; }
+  static __device__ __forceinline__ float up_log() { return 18.0218266945585770f; }
+};
+template <> struct lf_fp<double> {
+  static __device__ __forceinline__ double sqrt_eps() { return 7.4505805969238281e-9; }  // 2^-27
+  static __device__ __forceinline__ double big() { return 9007199254740992.0; }  // 2^53
+  static __device__ __forceinline__ double huge() { return 4.4942328371557898e307; }  // 2^1021
+  static __device__ __forceinline__ double tiny() { return 2.2250738585072014e-308; }  // 2^-1022
+  static __device__ __forceinline__ double exp_max() { return 709.0; }
+  static __device__ __forceinline__ double up() { return 18014398509481984.0; }  // 2^54
+  static __device__ __forceinline__ double up_sqrt() { return 134217728.0; }
+  static __device__ __forceinline__ double up_log() { return 37.429947750237048; }
+};
+#define LF_LN2 0.693147180559945309417232121458176568
+#define LF_PI 3.14159265358979323846264338327950288
+#define LF_PI_2 1.57079632679489661923132169163975144
+
 // z / |z|; 0 gives 0, a NaN part NaN (the array API's sign of a complex number)
 template <class T> __device__ __forceinline__ lf_cx<T> lf_sign(lf_cx<T> z) {
-  if (lf_isnan(z)) return lf_cx<T>(T(NAN), T(NAN));
+  if (lf_isnan(z)) return lf_cnan<T>();
   if (z.re == 0 && z.im == 0) return lf_cx<T>(T(0), T(0));
   if (lf_isinf(z)) {  // an infinite part: its direction
     T r = lf_isinf(z.re) ? lf_copysign(T(1), z.re) : T(0), i = lf_isinf(z.im) ? lf_copysign(T(1), z.im) : T(0);
@@ -351,22 +419,55 @@ template <class T> __device__ __forceinline__ lf_cx<T> lf_sign(lf_cx<T> z) {
   T m = lf_abs(z);
   return lf_cx<T>(z.re / m, z.im / m);
 }
+
+// e^x * k * c for a power of two k, where e^x alone may overflow and the product need not (a subnormal
+// c takes x up to about twice exp_max): past exp_max, c is multiplied by e^(x/4) four times (x/4 is
+// exact, and each product only grows, so none overflows unless the result does)
+template <class T> __device__ __forceinline__ T lf_exp_mul(T x, T c, T k) {
+  if (x <= lf_fp<T>::exp_max()) return lf_exp(x) * k * c;
+  T q = lf_exp(x / 4);
+  return c * q * k * q * q * q;  // (c * q is normal: k cannot round a subnormal c away)
+}
 template <class T> __device__ __forceinline__ lf_cx<T> lf_exp(lf_cx<T> z) {
   if (z.im == 0) return lf_cx<T>(lf_exp(z.re), z.im);  // keeps the sign of a zero im (NaN + 0j too)
-  if (lf_isinf(z.re) && !lf_isfinite(z.im)) {
-    if (z.re < 0) return lf_cx<T>(T(0), T(0));
-    return lf_cx<T>(z.re, T(NAN));
+  if (!lf_isfinite(z.im)) {  // cos and sin of an infinity or NaN are NaN; e^-inf takes them to 0
+    if (z.re == -T(INFINITY)) return lf_cx<T>(T(0), T(0));
+    if (z.re == T(INFINITY)) return lf_cx<T>(z.re, T(NAN));
+    return lf_cnan<T>();
   }
-  T e = lf_exp(z.re);
-  return lf_cx<T>(e * lf_cos(z.im), e * lf_sin(z.im));
+  return lf_cx<T>(lf_exp_mul(z.re, lf_cos(z.im), T(1)), lf_exp_mul(z.re, lf_sin(z.im), T(1)));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_expm1(lf_cx<T> z) {
-  if (!lf_isfinite(z)) return lf_exp(z) - lf_cx<T>(T(1));
+  // exp(+-0) - 1 is +0 (the standard's 0 + 0j for either zero)
+  if (z.im == 0) return lf_cx<T>(z.re == 0 ? T(0) : lf_expm1(z.re), z.im);
+  if (!lf_isfinite(z) || z.re > lf_fp<T>::exp_max()) {  // (the - 1 is below e^x's last bit there)
+    lf_cx<T> e = lf_exp(z);
+    return lf_cx<T>(e.re - 1, e.im);
+  }
+  // cos(y) - 1 = -2 sin^2(y/2): no cancellation for small z
   T s = lf_sin(z.im / 2);
   return lf_cx<T>(lf_expm1(z.re) * lf_cos(z.im) - 2 * s * s, lf_exp(z.re) * lf_sin(z.im));
 }
+
+// log|x + iy| without overflow or subnormal loss in |z|, and through log1p where |z| is near 1
+template <class T> __device__ __forceinline__ T lf_log_hypot(T x, T y) {
+  if (lf_isinf(x) || lf_isinf(y)) return T(INFINITY);
+  if (x != x || y != y) return x + y;
+  T a = lf_abs(x), b = lf_abs(y);
+  if (a < b) { T t = a; a = b; b = t; }
+  if (a >= T(0.5) && a <= T(2)) {
+    // |z|^2 - 1 where it cancels: a^2 + b^2 = p + q + (the squares' rounding errors, by fma), p + q = s + e
+    // exactly (Fast2Sum, p >= q), and s - 1 is exact for s in [1/2, 2]
+    T p = a * a, q = b * b, s = p + q;
+    T e = q - (s - p);
+    return lf_log1p((s - 1) + (e + lf_fma(a, a, -p) + lf_fma(b, b, -q))) / 2;
+  }
+  if (a > lf_fp<T>::huge()) return lf_log(lf_hypot(a / 4, b / 4)) + T(2 * LF_LN2);
+  if (a < lf_fp<T>::tiny()) return lf_log(lf_hypot(a * lf_fp<T>::up(), b * lf_fp<T>::up())) - lf_fp<T>::up_log();
+  return lf_log(lf_hypot(a, b));
+}
 template <class T> __device__ __forceinline__ lf_cx<T> lf_log(lf_cx<T> z) {
-  return lf_cx<T>(lf_log(lf_abs(z)), lf_atan2(z.im, z.re));
+  return lf_cx<T>(lf_log_hypot(z.re, z.im), lf_atan2(z.im, z.re));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_log1p(lf_cx<T> z) {
   if (!lf_isfinite(z) || lf_abs(z.re) > T(0.5) || lf_abs(z.im) > T(0.5)) return lf_log(lf_cx<T>(T(1) + z.re, z.im));
@@ -380,16 +481,23 @@ template <class T> __device__ __forceinline__ lf_cx<T> lf_log10(lf_cx<T> z) {
   lf_cx<T> l = lf_log(z); return lf_cx<T>(l.re * T(0.434294481903251827651), l.im * T(0.434294481903251827651));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_sqrt(lf_cx<T> z) {
-  if (z.re == 0 && z.im == 0) return lf_cx<T>(T(0), z.im);
-  if (lf_isinf(z.im)) return lf_cx<T>(T(INFINITY), z.im);
-  if (z.re != z.re) return lf_cx<T>(z.re, T(NAN));
-  if (lf_isinf(z.re)) {
-    if (z.re > 0) return lf_cx<T>(z.re, z.im != z.im ? z.im : lf_copysign(T(0), z.im));
-    return lf_cx<T>(z.im != z.im ? z.im : T(0), lf_copysign(T(INFINITY), z.im));
+  T x = z.re, y = z.im;
+  if (x == 0 && y == 0) return lf_cx<T>(T(0), y);
+  if (lf_isinf(y)) return lf_cx<T>(T(INFINITY), y);
+  if (x != x) return lf_cx<T>(x, T(NAN));
+  if (lf_isinf(x)) {
+    if (x > 0) return lf_cx<T>(x, y != y ? y : lf_copysign(T(0), y));
+    return lf_cx<T>(y != y ? y : T(0), lf_copysign(T(INFINITY), y));
   }
-  T t = lf_sqrt((lf_abs(z.re) + lf_abs(z)) / 2);
-  if (z.re >= 0) return lf_cx<T>(t, z.im / (2 * t));
-  return lf_cx<T>(lf_abs(z.im) / (2 * t), lf_copysign(t, z.im));
+  // sqrt(z) = 2 sqrt(z / 4) keeps |x| + |z| finite; sqrt(z) = sqrt(z * 2^2k) / 2^k keeps it normal
+  T k = 1;
+  if (lf_abs(x) > lf_fp<T>::huge() || lf_abs(y) > lf_fp<T>::huge()) { x /= 4; y /= 4; k = 2; }
+  else if (lf_abs(x) < lf_fp<T>::tiny() && lf_abs(y) < lf_fp<T>::tiny()) {
+    x *= lf_fp<T>::up(); y *= lf_fp<T>::up(); k = 1 / lf_fp<T>::up_sqrt();
+  }
+  T t = lf_sqrt((lf_abs(x) + lf_hypot(x, y)) / 2);
+  if (x >= 0) return lf_cx<T>(t * k, y / (2 * t) * k);
+  return lf_cx<T>(lf_abs(y) / (2 * t) * k, lf_copysign(t * k, y));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_pow(lf_cx<T> a, lf_cx<T> b) {
   if (b.re == 0 && b.im == 0) return lf_cx<T>(T(1), T(0));
@@ -399,24 +507,49 @@ template <class T> __device__ __forceinline__ lf_cx<T> lf_pow(lf_cx<T> a, lf_cx<
 // A real (im == 0) or imaginary (re == 0) argument takes the one-part formula, so an infinite or NaN part
 // does not meet a zero in a product (inf * 0 is NaN): the standard's special cases for those axes.
 template <class T> __device__ __forceinline__ lf_cx<T> lf_sinh(lf_cx<T> z) {
-  if (z.im == 0) return lf_cx<T>(lf_sinh(z.re), z.im);
-  if (z.re == 0 && !lf_isfinite(z.im)) return lf_cx<T>(z.re, z.im - z.im);  // +-0 + NaN j
-  return lf_cx<T>(lf_sinh(z.re) * lf_cos(z.im), lf_cosh(z.re) * lf_sin(z.im));
+  T x = z.re, y = z.im;
+  if (y == 0) return lf_cx<T>(lf_sinh(x), y);
+  if (!lf_isfinite(y)) {  // sin and cos of an infinity or NaN are NaN
+    if (x == 0) return lf_cx<T>(x, y - y);  // +-0 + NaN j
+    if (lf_isinf(x)) return lf_cx<T>(x, T(NAN));  // +-inf + NaN j
+    return lf_cnan<T>();
+  }
+  if (lf_abs(x) > lf_fp<T>::exp_max()) {  // sinh and cosh are e^|x| / 2 there (with x's sign for sinh)
+    T re = lf_exp_mul(lf_abs(x), lf_cos(y), T(0.5)), im = lf_exp_mul(lf_abs(x), lf_sin(y), T(0.5));
+    return lf_cx<T>(x < 0 ? -re : re, im);
+  }
+  return lf_cx<T>(lf_sinh(x) * lf_cos(y), lf_cosh(x) * lf_sin(y));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_cosh(lf_cx<T> z) {
-  if (z.im == 0) return lf_cx<T>(lf_cosh(z.re), lf_copysign(T(0), z.im) * (z.re < 0 ? T(-1) : T(1)));
-  if (z.re == 0 && !lf_isfinite(z.im)) return lf_cx<T>(z.im - z.im, T(0));  // NaN + 0j
-  return lf_cx<T>(lf_cosh(z.re) * lf_cos(z.im), lf_sinh(z.re) * lf_sin(z.im));
+  T x = z.re, y = z.im;
+  if (y == 0) return lf_cx<T>(lf_cosh(x), lf_copysign(T(0), x) * y);  // the zero has sinh(x) sin(y)'s sign
+  if (!lf_isfinite(y)) {
+    if (x == 0) return lf_cx<T>(y - y, T(0));  // NaN + 0j
+    if (lf_isinf(x)) return lf_cx<T>(T(INFINITY), T(NAN));
+    return lf_cnan<T>();
+  }
+  if (lf_abs(x) > lf_fp<T>::exp_max()) {
+    T re = lf_exp_mul(lf_abs(x), lf_cos(y), T(0.5)), im = lf_exp_mul(lf_abs(x), lf_sin(y), T(0.5));
+    return lf_cx<T>(re, x < 0 ? -im : im);
+  }
+  return lf_cx<T>(lf_cosh(x) * lf_cos(y), lf_sinh(x) * lf_sin(y));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_tanh(lf_cx<T> z) {
-  if (z.im == 0) return lf_cx<T>(lf_tanh(z.re), z.im);
-  if (z.re == 0) return lf_cx<T>(z.re, lf_tan(z.im));  // tanh(iy) = i tan(y): +0 + NaN j at infinity
-  // |re| > 22: tanh re is +-1 to the last bit; the imaginary part underflows with the sign of sin(2 im),
-  // and at an infinite re the standard gives it the sign of im
-  if (lf_abs(z.re) > T(22))
-    return lf_cx<T>(lf_copysign(T(1), z.re), lf_copysign(T(0), lf_isinf(z.re) && lf_isfinite(z.im) ? z.im : lf_sin(2 * z.im)));
-  T d = lf_cosh(2 * z.re) + lf_cos(2 * z.im);
-  return lf_cx<T>(lf_sinh(2 * z.re) / d, lf_sin(2 * z.im) / d);
+  T x = z.re, y = z.im;
+  if (y == 0) return lf_cx<T>(lf_tanh(x), y);
+  if (x == 0) return lf_cx<T>(x, lf_tan(y));  // tanh(iy) = i tan(y): +0 + NaN j at infinity
+  if (!lf_isfinite(y)) {
+    if (lf_isinf(x)) return lf_cx<T>(lf_copysign(T(1), x), lf_copysign(T(0), y));
+    return lf_cnan<T>();
+  }
+  // |x| > 22: tanh x is +-1 to the last bit, Im = sin(2y) / (cosh 2x + cos 2y) = 4 sin y cos y e^-2|x|;
+  // at an infinite x the standard gives the zero the sign of y
+  if (lf_abs(x) > T(22)) {
+    T im = lf_isinf(x) ? lf_copysign(T(0), y) : 4 * lf_sin(y) * lf_cos(y) * lf_exp(-2 * lf_abs(x));
+    return lf_cx<T>(lf_copysign(T(1), x), im);
+  }
+  T s = lf_sinh(x), cy = lf_cos(y), d = s * s + cy * cy;  // cosh 2x + cos 2y = 2 (sinh^2 x + cos^2 y)
+  return lf_cx<T>(s * lf_cosh(x) / d, lf_sin(y) * cy / d);
 }
 // the trigonometric functions through the hyperbolic ones: sin z = -i sinh(iz) and so on
 template <class T> __device__ __forceinline__ lf_cx<T> lf_mul_i(lf_cx<T> z) { return lf_cx<T>(-z.im, z.re); }
@@ -424,23 +557,101 @@ template <class T> __device__ __forceinline__ lf_cx<T> lf_mul_negi(lf_cx<T> z) {
 template <class T> __device__ __forceinline__ lf_cx<T> lf_sin(lf_cx<T> z) { return lf_mul_negi(lf_sinh(lf_mul_i(z))); }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_cos(lf_cx<T> z) { return lf_cosh(lf_mul_i(z)); }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_tan(lf_cx<T> z) { return lf_mul_negi(lf_tanh(lf_mul_i(z))); }
-template <class T> __device__ __forceinline__ lf_cx<T> lf_asinh(lf_cx<T> z) {
-  if (z.re < 0 || (z.re == 0 && lf_signbit(z.re))) return -lf_asinh(-z);  // odd: no cancellation for re < 0
-  return lf_log(z + lf_sqrt(z * z + lf_cx<T>(T(1))));
+
+// The parts of asin(x + iy) and acos(x + iy) for finite x, y >= 0 (Hull et al.; see the top): the real
+// part of asin and of acos (both in [0, pi/2]) and the imaginary part of asin (>= 0, minus acos's).
+template <class T> struct lf_asin_parts { T re_asin, re_acos, im; };
+template <class T> __device__ __forceinline__ lf_asin_parts<T> lf_asin_core(T x, T y) {
+  lf_asin_parts<T> p;
+  if (x > lf_fp<T>::big() || y > lf_fp<T>::big()) {  // asin z = -i log(2iz) + O(1/z^2)
+    p.re_asin = lf_atan2(x, y);
+    p.re_acos = lf_atan2(y, x);
+    p.im = lf_log_hypot(x, y) + T(LF_LN2);
+    return p;
+  }
+  T r = lf_hypot(x + 1, y), s = lf_hypot(x - 1, y);
+  T a = (r + s) / 2, b;
+  if (a < 1) a = 1;  // (rounding)
+  b = x / a;
+  if (b <= T(0.6417)) {  // asin and acos of b are well conditioned
+    p.re_asin = lf_asin(b);
+    p.re_acos = lf_acos(b);
+  } else {  // d = sqrt(A^2 - x^2) = sqrt((A + x)(A - x)), A - x without cancellation
+    T d;
+    if (x <= 1) d = lf_sqrt((a + x) * (y * y / (r + x + 1) + (s + (1 - x))) / 2);
+    else d = y * lf_sqrt((a + x) * (1 / (r + x + 1) + 1 / (s + (x - 1))) / 2);
+    p.re_asin = lf_atan2(x, d);
+    p.re_acos = lf_atan2(d, x);
+  }
+  if (a > T(1.5)) {
+    p.im = lf_log(a + lf_sqrt(a * a - 1));
+    return p;
+  }
+  // near A = 1: log1p of A - 1 = t / 2, from R - (x + 1) = y^2 / (R + x + 1) and S - |x - 1| likewise
+  // (t is not halved before the sqrt: at x = 1 and a subnormal y, t / 2 would round away)
+  T t;
+  if (x < 1) {
+    // y far below 1 - x: Im = y / sqrt(1 - x^2) to rounding (y^2 may underflow in the general form)
+    if (y < (1 - x) * lf_fp<T>::sqrt_eps()) {
+      p.im = y / lf_sqrt((1 - x) * (1 + x));
+      return p;
+    }
+    t = y * y / (r + x + 1) + y * y / (s + (1 - x));
+  } else {
+    t = y * y / (r + x + 1) + (s + (x - 1));
+  }
+  p.im = lf_log1p(t / 2 + lf_sqrt(t * ((a + 1) / 2)));
+  return p;
 }
+template <class T> __device__ __forceinline__ lf_cx<T> lf_asinh(lf_cx<T> z) {
+  T x = z.re, y = z.im;
+  if (x != x || y != y) {
+    if (x != x && y == 0) return lf_cx<T>(x, y);  // NaN + 0j
+    if (lf_isinf(x)) return lf_cx<T>(x, T(NAN));
+    if (lf_isinf(y)) return lf_cx<T>(T(INFINITY), T(NAN));  // (the standard leaves the sign open)
+    return lf_cnan<T>();
+  }
+  // asinh z = i asin(-i z), and -i z = y - ix
+  lf_asin_parts<T> p = lf_asin_core(lf_abs(y), lf_abs(x));
+  return lf_cx<T>(lf_copysign(p.im, x), lf_copysign(p.re_asin, y));
+}
+template <class T> __device__ __forceinline__ lf_cx<T> lf_acos(lf_cx<T> z) {
+  T x = z.re, y = z.im;
+  if (x != x || y != y) {
+    if (lf_isinf(x)) return lf_cx<T>(T(NAN), -T(INFINITY));  // (the standard leaves the sign open)
+    if (lf_isinf(y)) return lf_cx<T>(T(NAN), -y);
+    if (x == 0) return lf_cx<T>(T(LF_PI_2), y);
+    return lf_cnan<T>();
+  }
+  lf_asin_parts<T> p = lf_asin_core(lf_abs(x), lf_abs(y));
+  return lf_cx<T>(lf_signbit(x) ? T(LF_PI) - p.re_acos : p.re_acos, lf_signbit(y) ? p.im : -p.im);
+}
+// acosh z = +-i acos z, the sign that makes the real part >= 0
 template <class T> __device__ __forceinline__ lf_cx<T> lf_acosh(lf_cx<T> z) {
-  return lf_log(z + lf_sqrt(z + lf_cx<T>(T(1))) * lf_sqrt(z - lf_cx<T>(T(1))));
+  lf_cx<T> a = lf_acos(z);
+  return lf_cx<T>(lf_abs(a.im), lf_copysign(a.re, z.im));
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_atanh(lf_cx<T> z) {
-  lf_cx<T> d = lf_log1p(z) - lf_log1p(-z);
-  return lf_cx<T>(d.re / 2, d.im / 2);
+  T x = z.re, y = z.im, ax = lf_abs(x), ay = lf_abs(y);
+  if (x != x || y != y) {
+    if (lf_isinf(y)) return lf_cx<T>(lf_copysign(T(0), x), lf_copysign(T(LF_PI_2), y));
+    if (lf_isinf(x) || x == 0) return lf_cx<T>(lf_copysign(T(0), x), y);
+    return lf_cnan<T>();
+  }
+  if (ax > lf_fp<T>::big() || ay > lf_fp<T>::big()) {  // atanh z = 1/z + i pi/2 + O(1/z^3)
+    T re;  // Re 1/z = x / (x^2 + y^2), without squaring the larger part
+    if (lf_isinf(x) || lf_isinf(y)) re = 0;
+    else if (ax >= ay) re = 1 / (ax + ay * (ay / ax));
+    else re = (ax / ay) / (ay + ax * (ax / ay));
+    return lf_cx<T>(lf_copysign(re, x), lf_copysign(T(LF_PI_2), y));
+  }
+  T d = (1 - ax) * (1 - ax) + y * y, re;  // |1 - z|^2
+  if (d < T(0.25)) re = (lf_log_hypot(1 + ax, y) - lf_log_hypot(1 - ax, y)) / 2;
+  else re = lf_log1p(4 * ax / d) / 4;
+  return lf_cx<T>(lf_copysign(re, x), lf_atan2(2 * y, (1 - ax) * (1 + ax) - y * y) / 2);
 }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_asin(lf_cx<T> z) { return lf_mul_negi(lf_asinh(lf_mul_i(z))); }
 template <class T> __device__ __forceinline__ lf_cx<T> lf_atan(lf_cx<T> z) { return lf_mul_negi(lf_atanh(lf_mul_i(z))); }
-template <class T> __device__ __forceinline__ lf_cx<T> lf_acos(lf_cx<T> z) {
-  lf_cx<T> a = lf_asin(z);
-  return lf_cx<T>(T(1.57079632679489661923) - a.re, -a.im);
-}
 template <class T> __device__ __forceinline__ lf_cx<T> lf_rint(lf_cx<T> z) { return lf_cx<T>(lf_rint(z.re), lf_rint(z.im)); }
 """
-PREAMBLE += COMPLEX_PREAMBLE
+PREAMBLE = _DEVICE_ONLY + REAL_MATH + COMPLEX_PREAMBLE
