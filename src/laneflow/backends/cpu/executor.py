@@ -7,15 +7,20 @@ writes the plan's arena (intermediates, in the regions of ``graph/memory_plan.py
 output buffers, made fresh for each call; the encoder orders it with everything around it as any
 command. Steps run in the plan's order, a topological order of its data dependencies, so the arena's
 sharing of regions is safe inside the command too.
+
+The first call binds every step (``CPUPlan._bind``): its kernel prepared for these operands
+(``prepared.py``: the numpy calls decided once, temporaries in the plan's ``Scratch``), and its inputs
+and outputs resolved to the arrays that stay the same from call to call (arena views, captured values,
+the views of them a step reads); a later call fills in only its arguments and returned outputs.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...errors import ExecutionError, LaneflowError
 from ...runtime.buffer import Buffer
 from ...runtime.lane import HostCommand, describe
+from .kernels import as_view
+from .prepared import Scratch
 
 
 class CPUPlan:
@@ -29,7 +34,6 @@ class CPUPlan:
         self.steps = plan.steps
         # the primitives as they are now: a cached plan's scalars may change after this (eval cache)
         self.prims = [step.prim.with_own_scalars() if step.prim.scalars() else step.prim for step in plan.steps]
-        self.kernels = [backend.kernel_of(p) for p in self.prims]
         arena = plan.arena or {}
         self.views = {slot: view for slot, (_, view) in arena.items()}
         self.regions: list[Buffer] = []
@@ -45,13 +49,14 @@ class CPUPlan:
         self.inplace = plan.inplace  # slot -> donated argument it may be written into
         self.returned = sorted(returned | set(self.inplace))
         self.spec_of = {slot: spec for step in plan.steps for slot, spec in zip(step.slots, step.specs)}
-        # per step: (kernel, primitive, inputs as (0, slot) | (1, argument) | (2, a captured value's
-        # data), output slots), resolved once so that a call's loop does only lookups
+        # per step: (primitive, inputs as (0, slot) | (1, argument) | (2, a captured value's data),
+        # output slots); bound to arrays and prepared at the first call (_bind)
         code = {"slot": 0, "arg": 1}
         self.program = [
-            (kern, prim, tuple((code[k], v) if k in code else (2, v.buffer.data) for k, v in step.srcs),
-             tuple(step.slots))
-            for step, prim, kern in zip(plan.steps, self.prims, self.kernels)]
+            (prim, tuple((code[k], v) if k in code else (2, v.buffer.data) for k, v in step.srcs), tuple(step.slots))
+            for step, prim in zip(plan.steps, self.prims)]
+        self.bound: list | None = None
+        self.scratch = Scratch()  # the prepared kernels' temporaries (one command runs at a time)
         self.launches = 0
 
     def stats(self) -> dict:
@@ -70,20 +75,24 @@ class CPUPlan:
                 continue
             spec = self.spec_of[slot]
             outs[slot] = self.backend.allocate(spec.device, spec.shape, spec.dtype, "compiled plan")
-        views = self.views
-        program = self.program
+        returned = self.returned
 
         def run_all(lane, bufs=bufs, outs=outs) -> None:
-            data: dict[int, Any] = {}
-            for kern, prim, srcs, slots in program:
-                ins = [data[v] if k == 0 else bufs[v].data if k == 1 else v for k, v in srcs]
-                res = []
-                for slot in slots:
-                    x = views[slot] if slot in views else outs[slot].data
-                    data[slot] = x
-                    res.append(x)
+            # this call's arrays: the arguments, then the returned outputs
+            cur = [b.data for b in bufs]
+            cur += [outs[slot].data for slot in returned]
+            bound = self.bound
+            if bound is None:
+                self.bound = self._bind(lane, cur)
+                return
+            for run, prim, ins, res, holes in bound:
+                if holes:
+                    ins, res = ins.copy(), res.copy()
+                    for at, pos, k, view in holes:
+                        x = cur[k]
+                        (res if at else ins)[pos] = x if view is None else as_view(x, *view)
                 try:
-                    kern(lane, prim, ins, res)
+                    run(ins, res)
                 except LaneflowError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the failing op is named, as a command would be
@@ -97,12 +106,63 @@ class CPUPlan:
         self._last = {slot: outs[slot] for slot in self.inplace}
         return _Outputs(outs)
 
+    def _bind(self, lane, cur: list) -> list:
+        """Runs the first call, step by step, and returns the steps bound for later calls: per step
+        ``(run, primitive, inputs, outputs, holes)``, the kernel prepared for these operands (``prepared.py``),
+        its inputs and outputs with the arrays that are the same at every call (the arena's views,
+        captured values, the views of them it reads), and ``holes``: ``(is output, position, index in
+        the call's arrays, view)`` for the others (arguments, returned outputs)."""
+        n_args = len(cur) - len(self.returned)
+        where = {slot: n_args + k for k, slot in enumerate(self.returned)}
+        views, backend = self.views, self.backend
+        bound = []
+        for prim, srcs, slots in self.program:
+            kern = backend.kernel(prim.kind)
+            prepare, reads = getattr(kern, "prepare", None), getattr(kern, "views", None)
+            vs = reads(prim) if reads is not None else prim.__dict__.get("in_views")
+            ins, holes = [], []
+            for pos, (k, v) in enumerate(srcs):
+                view = vs[pos] if vs is not None else None
+                if k == 2 or k == 0 and v in views:
+                    x = v if k == 2 else views[v]
+                else:
+                    x = cur[v if k == 1 else where[v]]
+                    holes.append((0, pos, v if k == 1 else where[v], view))
+                ins.append(x if view is None else as_view(x, *view))
+            res = []
+            for pos, slot in enumerate(slots):
+                if slot in views:
+                    res.append(views[slot])
+                else:
+                    res.append(cur[where[slot]])
+                    holes.append((1, pos, where[slot], None))
+            try:
+                if prepare is None:
+                    run = _plain(kern, prim)
+                else:
+                    self.scratch.step()
+                    run = prepare(prim, ins, res, self.scratch)
+                run(ins, res)
+            except LaneflowError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the failing op is named, as a command would be
+                raise ExecutionError(prim.name, e, describe(ins, res, lane)) from e
+            for at, pos, _, _ in holes:  # (this call's arrays are not kept)
+                (res if at else ins)[pos] = None
+            bound.append((run, prim, ins, res, holes))
+        return bound
+
     def inplace_buffer(self, slot: int) -> Buffer:
         """The buffer the last call wrote ``slot`` (a donated argument's, or a fresh one) into."""
         return self._last[slot]
 
     def own(self, slot: int, d) -> None:
         """(CUDA graphs track who holds their state buffers; on the CPU a donated buffer is the caller's.)"""
+
+
+def _plain(kern, prim):
+    """A kernel that is not prepared, called as ``run(ins, outs)`` (CPU kernels do not read the lane)."""
+    return lambda ins, outs: kern(None, prim, ins, outs)
 
 
 class _Outputs:
