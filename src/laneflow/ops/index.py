@@ -153,7 +153,36 @@ def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
     if not arrays and all(isinstance(e, slice) and e.start is None and e.stop is None and e.step is None
                           for e in entries) and shape == d.shape:
         return Array._wrap(d)
-    return node(GetItem(entries), (d, *arrays), shape, d.dtype, st)
+    return node(_getitem_prim(entries) if not arrays else GetItem(entries), (d, *arrays), shape, d.dtype, st)
+
+
+_GETITEMS: dict = {}
+
+
+def _getitem_prim(entries: tuple) -> GetItem:
+    """One GetItem per index of ints, None and slices of ints (as ``core.shared`` makes one per
+    parameters: slices do not hash, their bounds do): a forward's slices of one shape are one object,
+    whose key the plan cache reads once."""
+    key = []
+    for e in entries:
+        c = e.__class__
+        if c is slice:
+            a, b, k = e.start, e.stop, e.step
+            if not ((a is None or a.__class__ is int) and (b is None or b.__class__ is int)
+                    and (k is None or k.__class__ is int)):
+                return GetItem(entries)
+            key.append((a, b, k))
+        elif c is int or e is None:
+            key.append(e)
+        else:
+            return GetItem(entries)
+    key = tuple(key)
+    p = _GETITEMS.get(key)
+    if p is None:
+        p = GetItem(entries)
+        if len(_GETITEMS) < 4096:
+            _GETITEMS[key] = p
+    return p
 
 
 def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:
