@@ -202,7 +202,7 @@ def _binary(row: table.Elementwise):
     return op
 
 
-def _unary(row: table.Elementwise):
+def unary(row: table.Elementwise):
     name = row.name
     ufunc = row.ufunc
     prim = Elementwise(name, name, (0,))
@@ -223,7 +223,7 @@ def _unary(row: table.Elementwise):
 
 
 #: The public elementwise ops made from the op table (``ops/table.py``), by name.
-GENERATED: dict = {row.name: (_unary if row.arity == 1 else _binary)(row)
+GENERATED: dict = {row.name: (unary if row.arity == 1 else _binary)(row)
                    for row in table.ELEMENTWISE.values() if row.public}
 globals().update(GENERATED)
 __all__ = [*GENERATED, "power", "where", "clip", "round", "real", "imag", "conj"]

@@ -144,45 +144,58 @@ def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
     """``x[index]`` as a new value (a copy; laneflow arrays are values, not numpy views)."""
     st = stream_of(stream, "getitem")
     d = operand(x, st, "getitem")
+    key = _basic_key(index)
+    if key is not None:  # ints, slices of ints, None, Ellipsis: what this index of this shape gives, made once
+        key = (key, d.shape)
+        hit = _BASIC.get(key)
+        if hit is None:
+            entries, _ = _normalize("getitem", index, d, st)
+            hit = (_indexed_shape("getitem", d, entries, []), None if _whole(entries) else GetItem(entries))
+            if len(_BASIC) < 4096:
+                _BASIC[key] = hit
+        shape, prim = hit
+        if prim is None and shape == d.shape:
+            return Array._wrap(d)
+        return node(prim, (d,), shape, d.dtype, st)
     flag = _bool_scalar(index)
     if flag is not None:  # x[True] is x with a new leading axis; x[False] the same, emptied (numpy's rule)
         wide = node(Reshape((1,) + d.shape), (d,), (1,) + d.shape, d.dtype, st)
         return getitem(wide, slice(0, int(flag)), stream=st)
     entries, arrays = _normalize("getitem", index, d, st)
     shape = _indexed_shape("getitem", d, entries, arrays)
-    if not arrays and all(isinstance(e, slice) and e.start is None and e.stop is None and e.step is None
-                          for e in entries) and shape == d.shape:
+    if not arrays and _whole(entries) and shape == d.shape:
         return Array._wrap(d)
-    return node(_getitem_prim(entries) if not arrays else GetItem(entries), (d, *arrays), shape, d.dtype, st)
+    return node(GetItem(entries), (d, *arrays), shape, d.dtype, st)
 
 
-_GETITEMS: dict = {}
+def _whole(entries: tuple) -> bool:
+    return all(isinstance(e, slice) and e.start is None and e.stop is None and e.step is None for e in entries)
 
 
-def _getitem_prim(entries: tuple) -> GetItem:
-    """One GetItem per index of ints, None and slices of ints (as ``core.shared`` makes one per
-    parameters: slices do not hash, their bounds do): a forward's slices of one shape are one object,
-    whose key the plan cache reads once."""
+#: (basic index key, shape) -> (result shape, the GetItem, or None where the index is every slice whole):
+#: a forward's slices are one primitive each, whose key the plan cache reads once
+_BASIC: dict = {}
+
+
+def _basic_key(index: Any) -> tuple | None:
+    """A hashable stand-in for a basic index of Python ints, slices of them, None and Ellipsis (slices
+    do not hash); None for any other index."""
+    if index.__class__ is not tuple:
+        index = (index,)
     key = []
-    for e in entries:
+    for e in index:
         c = e.__class__
         if c is slice:
             a, b, k = e.start, e.stop, e.step
             if not ((a is None or a.__class__ is int) and (b is None or b.__class__ is int)
                     and (k is None or k.__class__ is int)):
-                return GetItem(entries)
+                return None
             key.append((a, b, k))
-        elif c is int or e is None:
+        elif c is int or e is None or e is Ellipsis:
             key.append(e)
         else:
-            return GetItem(entries)
-    key = tuple(key)
-    p = _GETITEMS.get(key)
-    if p is None:
-        p = GetItem(entries)
-        if len(_GETITEMS) < 4096:
-            _GETITEMS[key] = p
-    return p
+            return None
+    return tuple(key)
 
 
 def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:

@@ -56,6 +56,23 @@ def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None)
         if s.__class__ is not int:
             shape = tuple(as_int(s, f"each size in shape {shape}", "reshape") for s in shape)
             break
+    key = (d.shape, shape)
+    out = _RESHAPED.get(key)
+    if out is None:
+        out = _new_shape(d, shape)
+        if len(_RESHAPED) < 4096:
+            _RESHAPED[key] = out
+    if out == d.shape:
+        return _same(d, st)
+    return node(shared(Reshape, out), (d,), out, d.dtype, st)
+
+
+#: (shape, requested shape) -> the new shape: a forward's reshapes checked once
+_RESHAPED: dict = {}
+
+
+def _new_shape(d, shape: tuple) -> tuple:
+    """``shape`` (ints, at most one -1) as the shape of d's elements, or ValueError."""
     n = d.size
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"reshape: invalid shape {shape}: at most one -1 and no other negative sizes")
@@ -66,9 +83,7 @@ def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None)
         shape = tuple(n // known if s == -1 else s for s in shape)
     if math.prod(shape) != n:
         raise ValueError(f"reshape: cannot reshape an array {describe(d)} of size {n} into shape {shape}")
-    if shape == d.shape:
-        return _same(d, st)
-    return node(shared(Reshape, shape), (d,), shape, d.dtype, st)
+    return shape
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) -> Array:
@@ -79,12 +94,27 @@ def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) 
     if axes is None:
         perm = tuple(range(nd - 1, -1, -1))
     else:
-        perm = tuple(normalize_axis(a, nd, "transpose") for a in axes)
-        if sorted(perm) != list(range(nd)):
-            raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
-    if perm == tuple(range(nd)):
+        key = (nd, axes) if axes.__class__ is tuple else None
+        perm = _PERMS.get(key)
+        if perm is None:
+            perm = tuple([normalize_axis(a, nd, "transpose") for a in axes])
+            if len(perm) != nd or len(set(perm)) != nd:  # (each in range already)
+                raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
+            if key is not None and all(a.__class__ is int for a in axes) and len(_PERMS) < 4096:
+                _PERMS[key] = perm
+    return _permuted(d, perm, st)
+
+
+#: (dimensions, axes of Python ints) -> the permutation they name: checked once
+_PERMS: dict = {}
+
+
+def _permuted(d, perm: tuple, st) -> Array:
+    """``d`` with its axes in the order ``perm`` (a permutation, checked)."""
+    if perm == tuple(range(len(perm))):
         return _same(d, st)
-    return node(shared(Transpose, perm), (d,), tuple(d.shape[p] for p in perm), d.dtype, st)
+    shape = d.shape
+    return node(shared(Transpose, perm), (d,), tuple([shape[p] for p in perm]), d.dtype, st)
 
 
 def swapaxes(x: Any, axis1: int, axis2: int, *, stream: Any = None) -> Array:
@@ -95,7 +125,7 @@ def swapaxes(x: Any, axis1: int, axis2: int, *, stream: Any = None) -> Array:
     a, b = normalize_axis(axis1, nd, "swapaxes"), normalize_axis(axis2, nd, "swapaxes")
     perm = list(range(nd))
     perm[a], perm[b] = perm[b], perm[a]
-    return transpose(Array._wrap(d), perm, stream=st)
+    return _permuted(d, tuple(perm), st)
 
 
 def expand_dims(x: Any, axis: Any, *, stream: Any = None) -> Array:
