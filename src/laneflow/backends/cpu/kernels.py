@@ -95,7 +95,21 @@ def reshape(lane, prim, ins, outs):
 
 
 def transpose(lane, prim, ins, outs):
-    np.copyto(outs[0], ins[0].transpose(prim.perm))
+    x, out = ins[0], outs[0]
+    if prim.perm == (1, 0) and x.size >= 1 << 14:
+        _transpose_rows(x, out)
+    else:
+        np.copyto(out, x.transpose(prim.perm))
+
+
+def _transpose_rows(x, out) -> None:
+    """``out = x.T`` a block of x's rows at a time (about 8192 elements: a block of either side stays
+    in the cache). numpy's copy of the whole transposed view walks one side with a large stride:
+    2-4x slower for a (1024, 64) or (512, 512) float32 matrix. A copy: the same values."""
+    n = 8192 // x.shape[1]
+    b = 16 if n < 16 else min(256, 1 << (n.bit_length() - 1))
+    for i in range(0, x.shape[0], b):
+        np.copyto(out[:, i:i + b], x[i:i + b].T)
 
 
 def broadcast_to(lane, prim, ins, outs):
