@@ -200,10 +200,10 @@ def prepare_attention(prim, ins, outs, scratch):
     hidden = ~_allowed(prim, Tq, Tk)
     hide = bool(hidden.any())
     scale = acc.type(prim.scale)
-    qc, kc, vc = (scratch.take(x.shape, acc) for x in (q, k, v))
+    qc, vc = scratch.take(q.shape, acc), scratch.take(v.shape, acc)
     kt = scratch.take(k.shape[:2] + (k.shape[3], Tk), acc)
     s, rows = scratch.take((B, H, Tq, Tk), acc), (B, H, Tq, 1)
-    m, fin, pos = scratch.take(rows, acc), scratch.take(rows, np.dtype(bool)), scratch.take(rows, np.dtype(bool))
+    m, bad = scratch.take(rows, acc), scratch.take(rows, np.dtype(bool))
     additive = prim.mask == "additive"
 
     def run(ins, outs):
@@ -212,13 +212,10 @@ def prepare_attention(prim, ins, outs, scratch):
         if not q.flags.c_contiguous:
             np.copyto(qc, q)
             q = qc
-        if not k.flags.c_contiguous:
-            np.copyto(kc, k)
-            k = kc
         if not v.flags.c_contiguous:
             np.copyto(vc, v)
             v = vc
-        np.copyto(kt, k.swapaxes(-1, -2))
+        np.copyto(kt, k.swapaxes(-1, -2))  # (of k's contiguous copy: the same values)
         np.matmul(q, kt, out=s)
         np.multiply(s, scale, out=s)
         if additive:
@@ -226,16 +223,18 @@ def prepare_attention(prim, ins, outs, scratch):
         if hide:
             np.copyto(s, -np.inf, where=hidden)
         np.maximum.reduce(s, -1, None, m, True, -np.inf)
-        np.isfinite(m, out=fin)  # m where it is finite, else 0
-        np.copyto(m, 0, where=~fin)
+        np.isfinite(m, out=bad)  # m where it is finite, else 0
+        np.logical_not(bad, out=bad)
+        np.copyto(m, 0, where=bad)
         np.subtract(s, m, out=s)
         np.exp(s, out=s)
         l = m  # (m is read no more)
         np.add.reduce(s, -1, None, l, True)
-        np.greater(l, 0, out=pos)  # o / (l where l > 0, else 1), then 0 where l is not > 0
-        np.copyto(l, 1, where=~pos)
+        np.greater(l, 0, out=bad)  # o / (l where l > 0, else 1), then 0 where l is not > 0
+        np.logical_not(bad, out=bad)
+        np.copyto(l, 1, where=bad)
         o = outs[0]
         np.matmul(s, v, out=o)
         np.true_divide(o, l, out=o)
-        np.copyto(o, 0, where=~pos)
+        np.copyto(o, 0, where=bad)
     return run
