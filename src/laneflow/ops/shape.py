@@ -57,17 +57,19 @@ def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None)
             shape = tuple(as_int(s, f"each size in shape {shape}", "reshape") for s in shape)
             break
     key = (d.shape, shape)
-    out = _RESHAPED.get(key)
-    if out is None:
+    hit = _RESHAPED.get(key)
+    if hit is None:
         out = _new_shape(d, shape)
+        hit = (out, shared(Reshape, out) if out != d.shape else None)
         if len(_RESHAPED) < 4096:
-            _RESHAPED[key] = out
-    if out == d.shape:
+            _RESHAPED[key] = hit
+    out, prim = hit
+    if prim is None:
         return _same(d, st)
-    return node(shared(Reshape, out), (d,), out, d.dtype, st)
+    return node(prim, (d,), out, d.dtype, st)
 
 
-#: (shape, requested shape) -> the new shape: a forward's reshapes checked once
+#: (shape, requested shape) -> (the new shape, its Reshape or None for the same shape): checked once
 _RESHAPED: dict = {}
 
 
@@ -111,10 +113,22 @@ _PERMS: dict = {}
 
 def _permuted(d, perm: tuple, st) -> Array:
     """``d`` with its axes in the order ``perm`` (a permutation, checked)."""
-    if perm == tuple(range(len(perm))):
+    key = (d.shape, perm)
+    hit = _PERMUTED.get(key)
+    if hit is None:
+        shape = d.shape
+        hit = ((shared(Transpose, perm), tuple([shape[p] for p in perm])) if perm != tuple(range(len(perm)))
+               else (None, shape))
+        if len(_PERMUTED) < 4096:
+            _PERMUTED[key] = hit
+    prim, shape = hit
+    if prim is None:
         return _same(d, st)
-    shape = d.shape
-    return node(shared(Transpose, perm), (d,), tuple([shape[p] for p in perm]), d.dtype, st)
+    return node(prim, (d,), shape, d.dtype, st)
+
+
+#: (shape, permutation) -> (its Transpose or None for none, the result shape)
+_PERMUTED: dict = {}
 
 
 def swapaxes(x: Any, axis1: int, axis2: int, *, stream: Any = None) -> Array:
