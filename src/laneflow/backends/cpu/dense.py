@@ -3,9 +3,9 @@
 Each ``prepare_*`` decides once, for operands of these shapes and dtypes, how the kernel runs, and
 returns ``run(ins, outs)``. When every operand already has the compute dtype (float32 or float64)
 the results are stored into the output or a temporary of ``scratch`` as they are computed; otherwise
-(half types, mixed dtypes) the plain code runs: the ``_plain_*`` functions, which are the kernels as
-they were, results in fresh arrays copied into the output. Both make the same numpy calls on the
-same values (see ``prepared.py`` on reductions and layouts), so the same bits.
+(half types, mixed dtypes) the kernel itself runs (``matmul``, ``norm``, ``attention``: results in
+fresh arrays copied into the output). Both make the same numpy calls on the same values (see
+``prepared.py`` on reductions and layouts), so the same bits.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .prepared import SPECIAL, _accumulator
 
 # -- matmul ----------------------------------------------------------------------------------------
 
-def _plain_matmul(prim, ins, outs):
+def matmul(lane, prim, ins, outs):
     out = outs[0]
     acc = _accumulator(out.dtype)  # the result dtype; float32 for the half types
     a, b = (x.astype(acc, copy=False) for x in ins[:2])
@@ -52,7 +52,7 @@ def prepare_matmul(prim, ins, outs, scratch):
     acc = out.dtype
     if (acc not in (float32, float64) or any(x.dtype != acc for x in ins)
             or _product_shape(ins[0], ins[1]) != out.shape):
-        return lambda ins, outs: _plain_matmul(prim, ins, outs)
+        return lambda ins, outs: matmul(None, prim, ins, outs)
     epi = prim.__class__ is MatmulEpilogue
     adds = (prim.bias + prim.residual) if epi else 0
     act = prim.act if epi else None
@@ -97,7 +97,7 @@ def _gelu_tanh(shape, dt, scratch):
 
 # -- norms -----------------------------------------------------------------------------------------
 
-def _plain_norm(prim, ins, outs):
+def norm(lane, prim, ins, outs):
     """lf.nn.layer_norm / rms_norm over the last axis, statistics in the accumulator dtype."""
     out = outs[0]
     acc = float64 if out.dtype == float64 else float32
@@ -120,7 +120,7 @@ def prepare_norm(prim, ins, outs, scratch):
     out, x = outs[0], ins[0]
     acc = out.dtype
     if acc not in (float32, float64) or any(i.dtype != acc for i in ins) or x.ndim < 1 or x.shape[-1] == 0:
-        return lambda ins, outs: _plain_norm(prim, ins, outs)
+        return lambda ins, outs: norm(None, prim, ins, outs)
     # ndarray.mean(-1, keepdims=True): a sum, then a division by the count as an np.intp (numpy's _mean)
     n, eps = np.intp(x.shape[-1]), acc.type(prim.eps)
     row = x.shape[:-1] + (1,)
@@ -132,7 +132,7 @@ def prepare_norm(prim, ins, outs, scratch):
     def run(ins, outs):
         x, out = ins[0], outs[0]
         if not x.flags.c_contiguous:
-            return _plain_norm(prim, ins, outs)
+            return norm(None, prim, ins, outs)
         if layer:  # xc = x - x.mean(-1)
             np.add.reduce(x, -1, None, m, True)
             np.true_divide(m, n, out=m, casting="unsafe")
@@ -154,7 +154,7 @@ def prepare_norm(prim, ins, outs, scratch):
 
 # -- attention -------------------------------------------------------------------------------------
 
-def _plain_attention(prim, ins, outs):
+def attention(lane, prim, ins, outs):
     """lf.nn.scaled_dot_product_attention in numpy: scores in the accumulator dtype, a bottom-right
     causal mask, and zeros for a query that sees no key."""
     out = outs[0]
@@ -190,12 +190,12 @@ def prepare_attention(prim, ins, outs, scratch):
     acc = out.dtype
     q, k, v = ins[:3]
     if acc not in (float32, float64) or any(x.dtype != acc for x in ins) or prim.mask == "bool" or q.ndim != 4:
-        return lambda ins, outs: _plain_attention(prim, ins, outs)
+        return lambda ins, outs: attention(None, prim, ins, outs)
     B, H, Tq, _ = q.shape
     Tk = k.shape[2]
     if (k.shape[:2] != (B, H) or v.shape[:3] != (B, H, Tk) or out.shape != (B, H, Tq, v.shape[3])
             or prim.mask == "additive" and np.broadcast_shapes(ins[3].shape, (B, H, Tq, Tk)) != (B, H, Tq, Tk)):
-        return lambda ins, outs: _plain_attention(prim, ins, outs)
+        return lambda ins, outs: attention(None, prim, ins, outs)
     # np.where(allowed, s, -inf): -inf written where a query may not see a key
     hidden = ~_allowed(prim, Tq, Tk)
     hide = bool(hidden.any())

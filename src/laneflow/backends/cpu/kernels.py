@@ -15,23 +15,20 @@ import numpy as np
 from ...dtypes import bfloat16, float16, float32, float64, inside_range
 from ...shapes import is_contiguous
 from ...ops.table import compute_in as _compute
-from . import philox, prepared
-from .dense import prepare_attention, prepare_matmul, prepare_norm
+from . import dense, philox, prepared
 from .linalg import linalg
 # (UFUNCS and SPECIAL: the elementwise ops' numpy computations, read here by the op table's tests)
-from .prepared import (COMPLEX_SPECIAL, SPECIAL, UFUNCS, _accumulator, kernel, prepare_astype,  # noqa: F401
-                       prepare_elementwise, prepare_fused, prepare_rowfused, prepare_softmax, reduce)
+from .prepared import COMPLEX_SPECIAL, SPECIAL, UFUNCS, _accumulator, kernel, reduce  # noqa: F401
 
-# The kinds prepared for their operands (prepared.py, dense.py): each kernel is its ``prepare`` then
-# ``run``, and ``kernel.prepare`` is what the CPU executor prepares a plan's steps with.
-elementwise = kernel(prepare_elementwise, prepared.elementwise)
-astype = kernel(prepare_astype, prepared.astype)
-fused = kernel(prepare_fused)
-rowfused = kernel(prepare_rowfused)
-softmax = kernel(prepare_softmax)
-matmul = kernel(prepare_matmul)
-norm = kernel(prepare_norm)
-attention = kernel(prepare_attention)
+# The kinds the CPU executor prepares for their operands (prepared.py, dense.py): ``kernel.prepare``.
+elementwise = kernel(prepared.elementwise, prepared.prepare_elementwise)
+astype = kernel(prepared.astype, prepared.prepare_astype)
+fused = kernel(prepared.fused, prepared.prepare_fused)
+rowfused = kernel(prepared.rowfused, prepared.prepare_rowfused)
+softmax = kernel(prepared.softmax, prepared.prepare_softmax)
+matmul = kernel(dense.matmul, dense.prepare_matmul)
+norm = kernel(dense.norm, dense.prepare_norm)
+attention = kernel(dense.attention, dense.prepare_attention)
 
 
 def argreduce(lane, prim, ins, outs):

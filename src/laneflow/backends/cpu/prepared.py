@@ -9,16 +9,18 @@ outs, scratch)``, which decides once for operands of these shapes and dtypes and
 outs)``, which only calls numpy; temporaries come from ``scratch`` (:class:`Scratch`).
 
 The CPU executor (``executor.py``) prepares each step of a plan at its first call and runs the
-prepared steps at every later one. The kernel of each kind here is ``prepare`` then ``run`` (eager
-evaluation, command replay), so every path makes the same numpy calls.
+prepared steps at every later one. A call alone (eager evaluation, command replay) runs the kernel
+itself (``fused``, ``rowfused``, ``softmax`` here, ``matmul``, ``norm``, ``attention`` in
+``dense.py``), for which preparing would cost more than it saves; ``kernel.prepare`` is its
+preparation (``kernel()``).
 
-A prepared kernel calls numpy as the plain code does (``x - m``, ``np.sum(x, axis) / n``, ``r +=
-bias``), with the same operands, so the same loops and dtypes, but stores each result into a
-temporary or the output, not into a fresh array that is then copied: an elementwise value does not
-depend on where it is stored. A reduction's order of summation does (numpy orders its loop by the
-operands' layouts), so a reduction stores into a buffer only when its operand is C-contiguous, as a
-fresh result is then too, and otherwise runs the plain way. Where dtypes differ (half types computed
-in float32, integer inputs of a mean) the plain code runs.
+A prepared kernel makes the kernel's numpy calls (``x - m``, ``np.sum(x, axis) / n``, ``r += bias``)
+with the same operands, so the same loops and dtypes, but stores each result into a temporary or
+the output, not into a fresh array that is then copied: an elementwise value does not depend on
+where it is stored. A reduction's order of summation does (numpy orders its loop by the operands'
+layouts), so a reduction stores into a buffer only when its operand is C-contiguous, as a fresh
+result is then too, and otherwise the kernel runs. Where dtypes differ (half types computed in
+float32, integer inputs of a mean) the kernel runs too. Either way: the kernel's bits.
 """
 
 from __future__ import annotations
@@ -46,8 +48,7 @@ _ROW_UFUNCS = {"sum": (np.add, True), "prod": (np.multiply, True), "mean": (np.a
 class Scratch:
     """Temporaries of prepared kernels, by shape and dtype. The executor keeps one per plan and calls
     :meth:`step` before it prepares each step: steps run one after another, so a step's temporaries
-    are the arrays an earlier step used, and a plan holds one step's worth. A kernel run alone takes
-    a new one, whose arrays are as fresh as ``np.empty``'s."""
+    are the arrays an earlier step used, and a plan holds one step's worth."""
 
     __slots__ = ("pool", "used")
 
@@ -68,22 +69,16 @@ class Scratch:
         return have[k]
 
 
-def kernel(prepare, plain=None):
-    """The kernel ``(lane, prim, ins, outs)`` of a kind prepared by ``prepare`` (its ``.prepare``):
-    prepared, then run; or ``plain``, a kernel making the same numpy calls with less to set up."""
-    def run(lane, prim, ins, outs):
-        prepare(prim, ins, outs, Scratch())(ins, outs)
-    run = plain or run
-    run.prepare = prepare
-    return run
+def kernel(plain, prepare):
+    """``plain``, a kernel ``(lane, prim, ins, outs)``, with ``prepare`` as its ``.prepare``: a call
+    alone (eager evaluation, command replay) runs the kernel, with nothing to set up; the executor
+    prepares each step once and runs the prepared step at every call."""
+    plain.prepare = prepare
+    return plain
 
 
 def _accumulator(dtype):
     return float32 if dtype in _HALF else dtype
-
-
-def _contiguous(x) -> bool:
-    return x.flags.c_contiguous
 
 
 # -- elementwise programs --------------------------------------------------------------------------
@@ -181,11 +176,35 @@ def _release(operands: tuple, j: int, last_use: list, at: list, live: set, free:
             free.setdefault(key(at[-o - 1]), []).append(at[-o - 1])
 
 
+def fused(lane, prim, ins, outs):
+    """Elementwise steps of a fused group (graph/fusion.py) in one command, each computed and rounded
+    in its own dtype as the unfused op is, so results are the same bits. A step writes into the
+    temporary of a step whose last use it is (numpy ufuncs allow an output that is exactly an input),
+    so a chain holds about two temporaries at a time, as the unfused ops' in-place reuse does."""
+    steps = prim.steps
+    last = len(steps) - 1
+    last_use = prim.last_use
+    vals: list = [None] * len(steps)
+    free: dict = {}  # dtype -> temporaries no later step reads
+    shape = outs[0].shape
+    for j, (fn, operands, dtype) in enumerate(steps):
+        args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
+        for o in operands:  # temporaries read for the last time: free for this step's output
+            if o.__class__ is int and o < 0 and last_use[-o - 1] == j and vals[-o - 1] is not None:
+                t = vals[-o - 1]
+                vals[-o - 1] = None
+                free.setdefault(t.dtype, []).append(t)
+        if j == last:
+            out = outs[0]
+        else:
+            pool = free.get(np.dtype(dtype))
+            out = pool.pop() if pool else np.empty(shape, dtype)
+        _apply(fn, args, out)
+        vals[j] = out
+
+
 def prepare_fused(prim, ins, outs, scratch):
-    """Elementwise steps of a fused group (graph/fusion.py), each computed and rounded in its own
-    dtype as the unfused op is, so results are the same bits. A step writes into the temporary of a
-    step whose last use it is (numpy ufuncs allow an output that is exactly an input), so a chain
-    holds about two temporaries, as the unfused ops' in-place reuse does."""
+    """:func:`fused`, prepared: its temporaries chosen once, in ``scratch``."""
     env = _Env(ins, outs[0])
     steps, shape = prim.steps, outs[0].shape
     last = len(steps) - 1
@@ -208,11 +227,29 @@ def prepare_fused(prim, ins, outs, scratch):
     return env.program(calls)
 
 
-def prepare_rowfused(prim, ins, outs, scratch):
+def rowfused(lane, prim, ins, outs):
     """A row program (graph/rowfusion.py) as its members' own kernels, one after another: one command
     instead of one per op, and the unfused results bit for bit. Full-shape steps have the shape
-    ``lead + (n,)``, per-row ones ``lead + (1,)``; an elementwise step may write into a temporary it
-    reads for the last time, a reduction or softmax only into another."""
+    ``lead + (n,)``, per-row ones ``lead + (1,)``."""
+    lead = outs[0].shape[:-1]
+    steps = prim.steps
+    last = len(steps) - 1
+    vals: list = [None] * len(steps)
+    for j, (kind, op, operands, dtype, full) in enumerate(steps):
+        args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
+        out = outs[0] if j == last else np.empty(lead + ((prim.n,) if full else (1,)), dtype)
+        if kind == "elementwise":
+            _apply(op, args, out)
+        elif kind == "astype":
+            np.copyto(out, args[0], casting="unsafe")
+        else:  # a reduction or softmax over the last axis: the member's own primitive says how
+            (reduce if kind == "reduce" else softmax)(lane, op, args, [out])
+        vals[j] = out
+
+
+def prepare_rowfused(prim, ins, outs, scratch):
+    """:func:`rowfused`, prepared: temporaries chosen once, in ``scratch`` (an elementwise step may
+    write into a temporary it reads for the last time, a reduction or softmax only into another)."""
     out = outs[0]
     env = _Env(ins, out)
     lead, steps = out.shape[:-1], prim.steps
@@ -307,24 +344,24 @@ def _reducer(prim, x, out, scratch):
     return mean
 
 
-def _plain_softmax(prim, x, out):
-    x = _compute(x, out.dtype)
+def softmax(lane, prim, ins, outs):
+    x, out = _compute(ins[0], outs[0].dtype), outs[0]
     e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf))  # initial: empty axes
     np.copyto(out, e / np.sum(e, axis=prim.axes, keepdims=True), casting="unsafe")
 
 
 def _softmaxer(prim, x, out, scratch):
-    """``f(x, out)``: the softmax ``prim`` as :func:`_plain_softmax` computes it."""
+    """``f(x, out)``: the softmax ``prim`` as :func:`softmax` computes it."""
     dt = out.dtype
     if x.dtype != dt or dt not in (float32, float64) or prim.axes != (x.ndim - 1,):
-        return lambda x, out: _plain_softmax(prim, x, out)
+        return lambda x, out: softmax(None, prim, [x], [out])
     axes = prim.axes
     row = x.shape[:-1] + (1,)
     m, s, e = scratch.take(row, dt), scratch.take(row, dt), scratch.take(x.shape, dt)
 
     def run(x, out):
         if not x.flags.c_contiguous:
-            return _plain_softmax(prim, x, out)
+            return softmax(None, prim, [x], [out])
         np.maximum.reduce(x, axes, None, m, True, -np.inf)
         np.subtract(x, m, out=e)
         np.exp(e, out=e)
