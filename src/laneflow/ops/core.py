@@ -33,6 +33,18 @@ def shared(cls: type, *args: Any) -> Primitive:
 _SHARED: dict = {}
 
 
+def remembered(cache: dict, key: Any, make: Any) -> Any:
+    """``cache[key]``, made by ``make()`` the first time (and kept while the cache holds fewer than
+    4096; a None key is never kept). The ops keep so what they check and infer per shape, for a
+    forward that makes the same reshapes, slices and reductions at every call."""
+    hit = cache.get(key)
+    if hit is None:
+        hit = make()
+        if key is not None and len(cache) < 4096:
+            cache[key] = hit
+    return hit
+
+
 def node(prim: Primitive, inputs: Sequence[ArrayData], shape: Shape, dtype: np.dtype, stream) -> Array:
     """A new pending value, and the Array bound to it (``Array._wrap``, inlined: every op makes one)."""
     d = ArrayData(shape if shape.__class__ is tuple else tuple(shape), dtype, stream, prim,

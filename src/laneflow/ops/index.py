@@ -15,7 +15,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData
 from .datadep import host_value
-from .core import cast, constant, shared, describe, node, normalize_axis, operand, stream_of
+from .core import cast, constant, describe, node, normalize_axis, operand, remembered, shared, stream_of
 from .primitives import GetItem, Reshape, SetItem, Take
 
 
@@ -147,13 +147,7 @@ def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
     key = _basic_key(index)
     if key is not None:  # ints, slices of ints, None, Ellipsis: what this index of this shape gives, made once
         key = (key, d.shape)
-        hit = _BASIC.get(key)
-        if hit is None:
-            entries, _ = _normalize("getitem", index, d, st)
-            hit = (_indexed_shape("getitem", d, entries, []), None if _whole(entries) else GetItem(entries))
-            if len(_BASIC) < 4096:
-                _BASIC[key] = hit
-        shape, prim = hit
+        shape, prim = _BASIC.get(key) or remembered(_BASIC, key, lambda: _basic_index(index, d, st))
         if prim is None and shape == d.shape:
             return Array._wrap(d)
         return node(prim, (d,), shape, d.dtype, st)
@@ -166,6 +160,11 @@ def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
     if not arrays and _whole(entries) and shape == d.shape:
         return Array._wrap(d)
     return node(GetItem(entries), (d, *arrays), shape, d.dtype, st)
+
+
+def _basic_index(index: Any, d, st) -> tuple:
+    entries, _ = _normalize("getitem", index, d, st)
+    return _indexed_shape("getitem", d, entries, []), None if _whole(entries) else GetItem(entries)
 
 
 def _whole(entries: tuple) -> bool:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import cast, describe, node, normalize_axes, normalize_axis, operand, ordered, shared, stream_of
+from .core import cast, describe, node, normalize_axes, normalize_axis, operand, ordered, remembered, shared, stream_of
 from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
 from .table import REDUCTIONS
 
@@ -44,12 +44,8 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int
     key = ((name, d.shape, d.dtype, axis, keepdims, ddof) if (axis is None or axis.__class__ is int or (
         axis.__class__ is tuple and builtins.all(a.__class__ is int for a in axis))) and keepdims.__class__ is bool
         and ddof.__class__ is int else None)
-    hit = _REDUCED.get(key)
-    if hit is None:
-        hit = _reduction(name, d, axis, keepdims, ddof)
-        if key is not None and len(_REDUCED) < 4096:
-            _REDUCED[key] = hit
-    prim, shape, dtype = hit
+    prim, shape, dtype = (_REDUCED.get(key)
+                          or remembered(_REDUCED, key, lambda: _reduction(name, d, axis, keepdims, ddof)))
     return node(prim, (d,), shape, dtype, st)
 
 

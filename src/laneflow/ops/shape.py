@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import as_int, check_shape, describe, node, normalize_axis, operand, shared, stream_of
+from .core import as_int, check_shape, describe, node, normalize_axis, operand, remembered, shared, stream_of
 from .primitives import AsType, BroadcastTo, Concatenate, GetItem, Reshape, Transpose
 
 
@@ -57,24 +57,22 @@ def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None)
             shape = tuple(as_int(s, f"each size in shape {shape}", "reshape") for s in shape)
             break
     key = (d.shape, shape)
-    hit = _RESHAPED.get(key)
-    if hit is None:
-        out = _new_shape(d, shape)
-        hit = (out, shared(Reshape, out) if out != d.shape else None)
-        if len(_RESHAPED) < 4096:
-            _RESHAPED[key] = hit
-    out, prim = hit
-    if prim is None:
-        return _same(d, st)
-    return node(prim, (d,), out, d.dtype, st)
+    return _laid_out(d, st, _RESHAPED.get(key) or remembered(_RESHAPED, key, lambda: _new_shape(d, shape)))
 
 
-#: (shape, requested shape) -> (the new shape, its Reshape or None for the same shape): checked once
+def _laid_out(d, st, how: tuple) -> Array:
+    """``d`` reshaped or permuted as ``how`` says: (the primitive, or None for ``d`` as it is, the shape)."""
+    prim, shape = how
+    return _same(d, st) if prim is None else node(prim, (d,), shape, d.dtype, st)
+
+
+#: (shape, requested shape) -> (its Reshape or None for the same shape, the new shape): checked once
 _RESHAPED: dict = {}
 
 
 def _new_shape(d, shape: tuple) -> tuple:
-    """``shape`` (ints, at most one -1) as the shape of d's elements, or ValueError."""
+    """``shape`` (ints, at most one -1) as the shape of d's elements (and its Reshape, or None for the
+    same shape), or ValueError."""
     n = d.size
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"reshape: invalid shape {shape}: at most one -1 and no other negative sizes")
@@ -85,7 +83,7 @@ def _new_shape(d, shape: tuple) -> tuple:
         shape = tuple(n // known if s == -1 else s for s in shape)
     if math.prod(shape) != n:
         raise ValueError(f"reshape: cannot reshape an array {describe(d)} of size {n} into shape {shape}")
-    return shape
+    return (shared(Reshape, shape) if shape != d.shape else None), shape
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) -> Array:
@@ -96,15 +94,17 @@ def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) 
     if axes is None:
         perm = tuple(range(nd - 1, -1, -1))
     else:
-        key = (nd, axes) if axes.__class__ is tuple else None
-        perm = _PERMS.get(key)
-        if perm is None:
-            perm = tuple([normalize_axis(a, nd, "transpose") for a in axes])
-            if len(perm) != nd or len(set(perm)) != nd:  # (each in range already)
-                raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
-            if key is not None and all(a.__class__ is int for a in axes) and len(_PERMS) < 4096:
-                _PERMS[key] = perm
+        key = (nd, axes) if axes.__class__ is tuple and all(a.__class__ is int for a in axes) else None
+        perm = _PERMS.get(key) or remembered(_PERMS, key, lambda: _permutation(axes, d))
     return _permuted(d, perm, st)
+
+
+def _permutation(axes, d) -> tuple:
+    nd = len(d.shape)
+    perm = tuple([normalize_axis(a, nd, "transpose") for a in axes])
+    if len(perm) != nd or len(set(perm)) != nd:  # (each in range already)
+        raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
+    return perm
 
 
 #: (dimensions, axes of Python ints) -> the permutation they name: checked once
@@ -114,17 +114,13 @@ _PERMS: dict = {}
 def _permuted(d, perm: tuple, st) -> Array:
     """``d`` with its axes in the order ``perm`` (a permutation, checked)."""
     key = (d.shape, perm)
-    hit = _PERMUTED.get(key)
-    if hit is None:
-        shape = d.shape
-        hit = ((shared(Transpose, perm), tuple([shape[p] for p in perm])) if perm != tuple(range(len(perm)))
-               else (None, shape))
-        if len(_PERMUTED) < 4096:
-            _PERMUTED[key] = hit
-    prim, shape = hit
-    if prim is None:
-        return _same(d, st)
-    return node(prim, (d,), shape, d.dtype, st)
+    return _laid_out(d, st, _PERMUTED.get(key) or remembered(_PERMUTED, key, lambda: _permuted_shape(d, perm)))
+
+
+def _permuted_shape(d, perm: tuple) -> tuple:
+    if perm == tuple(range(len(perm))):
+        return None, d.shape
+    return shared(Transpose, perm), tuple([d.shape[p] for p in perm])
 
 
 #: (shape, permutation) -> (its Transpose or None for none, the result shape)
