@@ -396,7 +396,7 @@ def _account(entry: _Entry) -> None:
     unit = plan.unit
     if unit:
         st = unit.stats()
-        n += st.get("output_bytes", 0) * st.get("output_sets", 1)
+        n += st.get("output_bytes", 0) * st.get("output_sets", 1) + st.get("kept_bytes", 0)
     _pinned[0] += n - entry.bytes
     entry.bytes = n
     _evict(entry)

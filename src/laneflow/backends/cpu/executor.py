@@ -11,14 +11,20 @@ sharing of regions is safe inside the command too.
 The first call binds every step (``CPUPlan._bind``): its kernel prepared for these operands
 (``prepared.py``: the numpy calls decided once, temporaries in the plan's ``Scratch``), and its inputs
 and outputs resolved to the arrays that stay the same from call to call (arena views, captured values,
-the views of them a step reads); a later call fills in only its arguments and returned outputs.
+the views of them a step reads); a later call fills in only its arguments and returned outputs. A
+layout copy of an argument (a weight's transpose) is made again only for another value (``_Kept``).
 """
 
 from __future__ import annotations
 
+import weakref
+
+import numpy as np
+
 from ...errors import ExecutionError, LaneflowError
 from ...runtime.buffer import Buffer
 from ...runtime.lane import HostCommand, describe
+from ...graph.views import LAYOUT
 from .kernels import as_view
 from .prepared import Scratch
 
@@ -57,11 +63,12 @@ class CPUPlan:
             for step, prim in zip(plan.steps, self.prims)]
         self.bound: list | None = None
         self.scratch = Scratch()  # the prepared kernels' temporaries (one command runs at a time)
+        self.kept = _Kept(self.program, self.views, self.spec_of)
         self.launches = 0
 
     def stats(self) -> dict:
         return {"mode": "one command", "steps": len(self.steps), "launches": self.launches,
-                "arena_bytes": sum(r.nbytes for r in self.regions)}
+                "arena_bytes": sum(r.nbytes for r in self.regions), "kept_bytes": self.kept.nbytes}
 
     def run(self, datas: list, stream, donated: frozenset = frozenset()) -> "_Outputs":
         """Encode the call's one command (under the scheduling lock); returns its outputs. A slot
@@ -75,17 +82,22 @@ class CPUPlan:
                 continue
             spec = self.spec_of[slot]
             outs[slot] = self.backend.allocate(spec.device, spec.shape, spec.dtype, "compiled plan")
-        returned = self.returned
+        returned, kept = self.returned, self.kept
+        now = kept.values(datas)
 
         def run_all(lane, bufs=bufs, outs=outs) -> None:
             # this call's arrays: the arguments, then the returned outputs
             cur = [b.data for b in bufs]
             cur += [outs[slot].data for slot in returned]
             bound = self.bound
+            skip = kept.unchanged(now)
             if bound is None:
                 self.bound = self._bind(lane, cur)
+                kept.ran(now)
                 return
-            for run, prim, ins, res, holes in bound:
+            for j, (run, prim, ins, res, holes) in enumerate(bound):
+                if j in skip:
+                    continue
                 if holes:
                     ins, res = ins.copy(), res.copy()
                     for at, pos, k, view in holes:
@@ -97,6 +109,7 @@ class CPUPlan:
                     raise
                 except Exception as e:  # noqa: BLE001 - the failing op is named, as a command would be
                     raise ExecutionError(prim.name, e, describe(ins, res, lane)) from e
+            kept.ran(now)
 
         reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
         # a HostCommand: an lf.eval that waits for it may run it itself when the lane is idle
@@ -158,6 +171,54 @@ class CPUPlan:
 
     def own(self, slot: int, d) -> None:
         """(CUDA graphs track who holds their state buffers; on the CPU a donated buffer is the caller's.)"""
+
+
+class _Kept:
+    """The layout copies a plan keeps from call to call: a transpose, reshape or slice of an argument
+    (or a captured value) runs again only when the argument is another value than at the last call.
+    numpy makes no such copy (it reads a view: a model's head multiplies by the embedding's transpose
+    as it is), and laneflow must (a matmul reads a contiguous operand, for bits that do not depend on
+    addresses); for a value that does not change between calls, such as a weight, the copy is made
+    once. Values are immutable (a buffer is written in place only when nothing can see its value any
+    more), so the same value, by identity, has the same contents; one whose buffer is shared outside
+    laneflow (``exported``) counts as another. The copies get memory of their own instead of the
+    arena's, at most :data:`KEEP_BYTES` a plan."""
+
+    def __init__(self, program: list, views: dict, spec_of: dict):
+        self.arg: dict = {}  # kept step -> the argument it copies (None: a captured value)
+        self.nbytes = 0
+        for j, (prim, srcs, slots) in enumerate(program):
+            if prim.kind not in LAYOUT or len(srcs) != 1 or srcs[0][0] == 0 or not all(s in views for s in slots):
+                continue
+            nbytes = sum(spec_of[s].nbytes for s in slots)
+            if self.nbytes + nbytes <= KEEP_BYTES:
+                self.nbytes += nbytes
+                self.arg[j] = srcs[0][1] if srcs[0][0] == 1 else None
+                for s in slots:
+                    views[s] = np.empty(spec_of[s].shape, spec_of[s].dtype)
+        self.args = sorted({i for i in self.arg.values() if i is not None})
+        self.held: dict | None = None  # argument -> weak reference to the value the copies are of
+
+    def values(self, datas: list) -> dict | None:
+        """At a call's encoding: the values of the kept steps' arguments (held by the command)."""
+        return {i: datas[i] for i in self.args} if self.arg else None
+
+    def unchanged(self, now: dict | None) -> frozenset:
+        """On the lane, before a call's steps run: the kept steps whose copies are of these values."""
+        held, self.held = self.held, None  # (until the steps have run: an error leaves none valid)
+        if held is None or now is None:
+            return frozenset()
+        return frozenset(j for j, i in self.arg.items() if i is None or (
+            held[i]() is now[i] and not now[i].buffer.exported))
+
+    def ran(self, now: dict | None) -> None:
+        """After every step of a call ran: the copies are of its values."""
+        if now is not None:
+            self.held = {i: weakref.ref(d) for i, d in now.items()}
+
+
+#: The most bytes of kept layout copies (``_Kept``) one CPU plan holds.
+KEEP_BYTES = 16 << 20
 
 
 def _plain(kern, prim):
