@@ -150,13 +150,16 @@ def _broadcast_pair(a: tuple, b: tuple) -> tuple | None:
 _PRIM_CACHE_MAX = 64
 
 
-def _with_scalar(cache: dict, name: str, value: Any, first: bool) -> Elementwise:
-    """The primitive of ``name`` with a Python scalar operand (first or second) and an array: one per
-    value in ``cache``, never for 0 (0.0 and -0.0 are equal keys) nor NaN."""
-    key = (value.__class__, value, first)
+def _with_scalar(cache: dict, name: str, value: Any, at: int, arrays: int = 1) -> Elementwise:
+    """The primitive of ``name`` with a Python scalar operand at position ``at`` among ``arrays``
+    array inputs: one per value and position in ``cache``, never for 0 (0.0 and -0.0 are equal keys)
+    nor NaN."""
+    key = (value.__class__, value, at)
     prim = cache.get(key)
     if prim is None:
-        prim = Elementwise(name, name, (Scalar(value), 0) if first else (0, Scalar(value)))
+        operands: list = list(range(arrays))
+        operands.insert(at, Scalar(value))
+        prim = Elementwise(name, name, tuple(operands))
         if value and value == value and len(cache) < _PRIM_CACHE_MAX:
             cache[key] = prim
     return prim
@@ -166,7 +169,7 @@ def _binary(row: table.Elementwise):
     name = row.name
     ufunc = row.ufunc
     both = Elementwise(name, name, (0, 1))
-    with_scalar: dict = {}  # (type, value, scalar first) -> prim
+    with_scalar: dict = {}  # (type, value, position) -> prim
 
     def op(a: Any, b: Any, /, *, stream: Any = None) -> Array:
         if stream is None and a.__class__ is Array:
@@ -179,7 +182,7 @@ def _binary(row: table.Elementwise):
                 if bc is float or (bc is int and d.dtype in _FLOATS):  # an int fits any float dtype
                     hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, bc)))
                     if hit is not None and hit[1] is None:
-                        return node(_with_scalar(with_scalar, name, b, False), (d,), d.shape, hit[0], st)
+                        return node(_with_scalar(with_scalar, name, b, 1), (d,), d.shape, hit[0], st)
                 elif bc is Array:
                     e = b._data
                     if e.device is d.device or e.device == d.device:
@@ -194,7 +197,7 @@ def _binary(row: table.Elementwise):
             if (e.device is st.device or e.device == st.device) and (a.__class__ is float or e.dtype in _FLOATS):
                 hit = _SIGNATURES.get((name, ufunc, None, (a.__class__, e.dtype)))
                 if hit is not None and hit[1] is None:
-                    return node(_with_scalar(with_scalar, name, a, True), (e,), e.shape, hit[0], st)
+                    return node(_with_scalar(with_scalar, name, a, 0), (e,), e.shape, hit[0], st)
         return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
@@ -254,7 +257,7 @@ def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
             hit = _SIGNATURES.get(("where", np.where, d.dtype, (c.dtype, d.dtype, y.__class__)))
             shape = d.shape if c.shape == d.shape else _broadcast_pair(c.shape, d.shape)
             if hit is not None and hit[1] is None and shape is not None:
-                return node(_where_prim(y), (c, d), shape, hit[0], st)
+                return node(_with_scalar(_WHERE, "where", y, 2, 2), (c, d), shape, hit[0], st)
     weak = [v if _is_weak(v) else None for v in (x, y)]
     st = stream_of(stream, "where")
     dts = [w if w is not None else operand(v, st, "where").dtype for w, v in zip(weak, (x, y))]
@@ -265,17 +268,7 @@ def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
     return apply("where", (condition, x, y), st, fn="where", result=res)
 
 
-_WHERE: dict = {}
-
-
-def _where_prim(y: Any) -> Elementwise:
-    key = (y.__class__, y)
-    prim = _WHERE.get(key)
-    if prim is None:
-        prim = Elementwise("where", "where", (0, 1, Scalar(y)))
-        if y and y == y and len(_WHERE) < _PRIM_CACHE_MAX:
-            _WHERE[key] = prim
-    return prim
+_WHERE: dict = {}  # where's primitives with a scalar ``y`` (``_with_scalar``)
 
 
 def clip(x: Any, /, min: Any = None, max: Any = None, *, stream: Any = None) -> Array:  # noqa: A002
