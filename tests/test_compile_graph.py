@@ -305,3 +305,64 @@ def test_compiled_solves_on_two_streams_alongside_eager_solves_stay_correct(devi
     for st in f.stats():
         assert st["mode"] == ("cuda graph" if device.type == "gpu" else "one command"), st
     s1.close(), s2.close()
+
+
+def test_cpu_plans_copy_the_layout_of_an_argument_again_only_for_another_value(rng):
+    """A CPU plan keeps the layout copies of its arguments (a weight's transpose) between calls and
+    makes them again only for another value: a new array, the same array bound to a new value (x[...]
+    = v), or memory shared outside laneflow (a zero-copy import that its owner changes)."""
+    st = lf.new_stream(lf.cpu, lanes=1)
+    f = lf.compile(lambda h, w: h @ w.T + 1.0)
+    hn = rng.standard_normal((3, 4)).astype(np.float32)
+    w1n, w2n = (rng.standard_normal((5, 4)).astype(np.float32) for _ in range(2))
+    with lf.stream(st):
+        h, w1, w2 = lf.array(hn), lf.array(w1n), lf.array(w2n)
+        for w, wn in [(w1, w1n)] * 3 + [(w2, w2n), (w1, w1n), (w2, w2n), (w2, w2n)]:
+            np.testing.assert_array_equal(np.asarray(f(h, w)), hn @ np.ascontiguousarray(wn.T) + 1.0)
+        (s,) = f.stats()
+        assert s["mode"] == "one command" and s["kept_bytes"] == w1n.nbytes, s
+        w1[0] = 7.0  # the same Array, another value
+        w1n[0] = 7.0
+        np.testing.assert_array_equal(np.asarray(f(h, w1)), hn @ np.ascontiguousarray(w1n.T) + 1.0)
+        shared = np.ones((5, 4), np.float32)
+        ws = lf.from_dlpack(shared)  # zero-copy: the owner's writes show
+        np.testing.assert_array_equal(np.asarray(f(h, ws)), hn @ shared.T + 1.0)
+        shared[...] = 2.0
+        np.testing.assert_array_equal(np.asarray(f(h, ws)), hn @ shared.T + 1.0)
+    st.close()
+
+
+def test_a_call_that_never_ran_leaves_the_kept_copies_of_the_call_before(rng):
+    """A call whose input failed runs no step: the next call with its weight copies that weight."""
+    st = lf.new_stream(lf.cpu, lanes=1)
+    f = lf.compile(lambda h, w: h @ w.T)
+    hn = rng.standard_normal((3, 4)).astype(np.float32)
+    w1n, w2n = (rng.standard_normal((5, 4)).astype(np.float32) for _ in range(2))
+    with lf.stream(st):
+        h, w1, w2 = lf.array(hn), lf.array(w1n), lf.array(w2n)
+        for _ in range(3):
+            f(h, w1)
+        failed = lf.take(h, lf.array(np.arange(3)) + 5, axis=0)  # out of bounds, found when it runs
+        with pytest.raises(lf.ExecutionError):
+            lf.eval(failed)
+        with pytest.raises(lf.ExecutionError):
+            lf.eval(f(failed, w2))
+        np.testing.assert_array_equal(np.asarray(f(h, w2)), hn @ np.ascontiguousarray(w2n.T))
+    st.close()
+
+
+def test_cached_eager_plans_keep_layout_copies_until_a_weight_changes(rng):
+    """The plan cache's CPU executor keeps them too: a repeated eager step with a changed weight."""
+    st = lf.new_stream(lf.cpu, lanes=1)
+    hn = rng.standard_normal((3, 4)).astype(np.float32)
+    wn = rng.standard_normal((5, 4)).astype(np.float32)
+    with lf.stream(st):
+        h, w = lf.array(hn), lf.array(wn)
+        for k in range(8):
+            if k == 5:
+                wn = wn * 2.0
+                w = lf.array(wn)
+            y = lf.tanh(h @ w.T) * 0.5
+            lf.eval(y)
+            np.testing.assert_array_equal(np.asarray(y), np.tanh(hn @ np.ascontiguousarray(wn.T)) * np.float32(0.5))
+    st.close()

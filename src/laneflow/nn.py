@@ -22,7 +22,8 @@ import numpy as np
 from . import dtypes as dt
 from .array import Array
 from .ops.core import describe, node, operand, shared, stream_of
-from .ops.elementwise import apply
+from .ops.elementwise import apply, unary
+from .ops.table import ELEMENTWISE
 from .ops.primitives import Attention, Norm
 from .ops.reduce import softmax as _softmax
 from .ops.shape import reshape as _reshape
@@ -91,8 +92,11 @@ def gelu(x: Any, approximate: str = "none", *, stream: Any = None) -> Array:
     in float32."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    fn = "gelu" if approximate == "none" else "gelu_tanh"
-    return apply(fn, (x,), stream, fn=fn, infer_with=np.exp)
+    return _GELU[approximate](x, stream=stream)
+
+
+#: the two GELUs as elementwise ops of the op table (dtypes of ``exp``), with the table ops' fast path
+_GELU = {"none": unary(ELEMENTWISE["gelu"]), "tanh": unary(ELEMENTWISE["gelu_tanh"])}
 
 
 def silu(x: Any, *, stream: Any = None) -> Array:

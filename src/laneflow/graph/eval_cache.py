@@ -52,7 +52,7 @@ ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
 
 class _Entry:
     __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps",
-                 "key", "template", "alive")
+                 "key", "template", "alive", "uses")
 
     def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
         self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
@@ -65,6 +65,7 @@ class _Entry:
         self.key: tuple = ()
         self.template = None  # its eval_templates.Template, made at its first hit
         self.alive = True  # False once evicted: a template must not lead to it any more
+        self.uses: tuple | None = None  # (users per node once the graph is let go, reads per leaf): _finish
 
 
 _entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
@@ -301,7 +302,7 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     outs = []
     for ref, *_ in plan.outputs:
         outs.append(lease.buffer_of(specs[ref[1]]) if ref[0] == "slot" else _const_buffer(ref[1]))
-    _finish(order, entry, outs)
+    _finish(order, leaves, entry, outs)
 
 
 def _build(roots, order: list, leaves: list, dep: list, key: tuple) -> _Entry:
@@ -340,7 +341,7 @@ def _run_commands(entry: _Entry, order: list, leaves: list) -> None:
     prims = {j: steps[j].prim.with_own_scalars() for j in entry.scalar_steps} if entry.scalar_steps else None
     replay_commands(plan, leaves, slots, prims)
     outs = [slots[ref[1]] if ref[0] == "slot" else _const_buffer(ref[1]) for ref, *_ in plan.outputs]
-    _finish(order, entry, outs)
+    _finish(order, leaves, entry, outs)
 
 
 def _const_buffer(d: ArrayData):
@@ -351,15 +352,42 @@ def _const_buffer(d: ArrayData):
     return b
 
 
-def _finish(order: list, entry: _Entry, outs: list) -> None:
-    """Give the needed nodes their buffers and let the graph go, as eager scheduling leaves it."""
+def _finish(order: list, leaves: list, entry: _Entry, outs: list) -> None:
+    """Give the needed nodes their buffers and let the graph go, as eager scheduling leaves it: each
+    node without primitive and inputs, and each node and leaf used by one user less per read by a node
+    of the graph (on a hit, counts that the key fixes: ``entry.uses``)."""
     for k, b in zip(entry.need_positions, outs):
         order[k].buffer = b
-    for d in order:
-        for i in d.inputs:
-            i.users -= 1
+    if not entry.hits:  # the plan's build evaluated some nodes (and let their inputs go) already
+        for d in order:
+            for i in d.inputs:
+                i.users -= 1
+            d.prim = None
+            d.inputs = ()
+        return
+    uses = entry.uses
+    if uses is None:
+        uses = entry.uses = _uses(entry.key)
+    for d, n in zip(order, uses[0]):
+        d.users = n
         d.prim = None
         d.inputs = ()
+    for x, n in zip(leaves, uses[1]):
+        x.users -= n
+
+
+def _uses(key: tuple) -> tuple:
+    """From a key: per node, its users once the graph's own reads are gone; per leaf, its reads."""
+    ents, _, meta = key
+    users = [e[5] for e in ents]
+    reads = [0] * len(meta)
+    for e in ents:
+        for j in e[4]:
+            if j >= 0:
+                users[j] -= 1
+            else:
+                reads[-1 - j] += 1
+    return users, reads
 
 
 def _account(entry: _Entry) -> None:
@@ -368,7 +396,7 @@ def _account(entry: _Entry) -> None:
     unit = plan.unit
     if unit:
         st = unit.stats()
-        n += st.get("output_bytes", 0) * st.get("output_sets", 1)
+        n += st.get("output_bytes", 0) * st.get("output_sets", 1) + st.get("kept_bytes", 0)
     _pinned[0] += n - entry.bytes
     entry.bytes = n
     _evict(entry)

@@ -4,12 +4,21 @@ searching it or making its key.
 A forward evaluated again and again builds, each time, a graph of the same structure from new nodes.
 The cache's key needs a search of that graph and a key made and hashed from it (``eval_cache._walk``);
 a template instead holds the key's per-node entries in the walk's order, and a new graph is checked
-against them position by position (``match``), each node and input compared where the template says
-it is. Templates are filed under their roots' signature (each root's primitive key and shape), one
+against them position by position (``match``): its nodes are placed where the template's references
+say their users read them, then compared all at once with the nodes of the graph the template was
+made from (the same shared primitives, users, shapes: one C loop), and against the key's entries only
+where they differ (a primitive made anew, a node an array holds). Templates are filed under their roots' signature (each root's primitive key and shape), one
 per signature, the plan those roots last hit; a failed check falls back to the walk.
 """
 
 from __future__ import annotations
+
+from itertools import compress
+from operator import attrgetter, ne
+
+#: What a hit compares of every node, and of every leaf, in one pass over them (C loops, not Python)
+_NODE = attrgetter("prim", "stream", "users", "arrays", "shape", "dtype", "siblings")
+_LEAF = attrgetter("shape", "dtype", "device")
 
 
 class Template:
@@ -19,12 +28,17 @@ class Template:
     (``TEMPLATES``): a forward evaluated again and again reaches its plan in one check per node and
     input, with no dictionary of nodes, no new key and no hash of it."""
 
-    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed")
+    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed", "refs", "nodes")
 
-    def __init__(self, entry, sig: tuple, root_pos: list, sc_pos: list):
+    def __init__(self, entry, sig: tuple, root_pos: list, sc_pos: list, order: list):
         ents, fixed, meta = entry.key
-        self.entry, self.sig, self.ents, self.fixed, self.leaf_meta = entry, sig, ents, fixed, meta
+        self.entry, self.sig, self.ents, self.fixed, self.leaf_meta = entry, sig, ents, fixed, list(meta)
         self.root_pos, self.sc_pos, self.n_leaves = root_pos, sc_pos, len(meta)
+        self.refs = [e[4] for e in ents]
+        # the nodes' attributes as this graph had them: a later graph built by the same code has the
+        # same primitives (``ops.core.shared``), users and array counts, and is checked by comparing
+        # these alone; any difference falls back to the check of each key entry (``_check``)
+        self.nodes = list(map(_NODE, order))
 
 
 #: root signature (each root's primitive key and shape) -> the template of the plan it last hit
@@ -66,7 +80,7 @@ def remember(entry, roots, order: list, dep: list, bound: int) -> None:
             return
         at = {id(d): k for k, d in enumerate(order)}
         sc_pos = [k for k, d in enumerate(order) if dep[k] and d.prim._ck[1]]
-        t = entry.template = Template(entry, sig, [at[id(r)] for r in roots], sc_pos)
+        t = entry.template = Template(entry, sig, [at[id(r)] for r in roots], sc_pos, order)
     if len(TEMPLATES) >= bound and t.sig not in TEMPLATES:
         TEMPLATES.clear()
     TEMPLATES[t.sig] = t
@@ -102,12 +116,13 @@ def template_for(roots) -> "Template | None":
 
 def match(t: Template, roots) -> tuple | None:
     """``(order, leaves, scalars)`` when the graph of ``roots`` has ``t``'s structure (what ``_walk``
-    would key alike), else None. From the last position down: a node is the root or the input that
-    a later node's references put there, and must agree with its entry; an input is the node found
-    there before or, at its first reference, is placed there (a pending node) or numbered as a leaf
-    (an evaluated value). Every node and leaf is distinct, as they are in the walk."""
-    ents = t.ents
-    n = len(ents)
+    would key alike), else None. From the last position down, a node is the root or the input that a
+    later node's references put there; an input is the node found there before or, at its first
+    reference, is placed there (a pending node) or numbered as a leaf (an evaluated value). Then every
+    node must agree with its entry and every leaf with its metadata, and all must be distinct, as they
+    are in the walk."""
+    refs_of = t.refs
+    n = len(refs_of)
     nodes: list = [None] * n
     for r, k in zip(roots, t.root_pos):
         nodes[k] = r
@@ -116,21 +131,7 @@ def match(t: Template, roots) -> tuple | None:
         d = nodes[k]
         if d is None:
             return None
-        pk, shape, dtype, stream, refs, users, seen = ents[k]
-        p = d.prim
-        if p is None or d.siblings is not None:
-            return None
-        try:
-            ck = p._ck[0]
-        except AttributeError:
-            ck = cache_info(p)
-            if ck is None:
-                return None
-            ck = ck[0]
-        if (d.stream is not stream or d.users != users or (d.arrays > 0) is not seen or d.shape != shape
-                or (ck is not pk and ck != pk) or (d.dtype is not dtype and d.dtype != dtype)):
-            return None
-        ins = d.inputs
+        ins, refs = d.inputs, refs_of[k]
         if len(ins) != len(refs):
             return None
         for x, j in zip(ins, refs):
@@ -148,11 +149,13 @@ def match(t: Template, roots) -> tuple | None:
                     leaves[-1 - j] = x
                 elif y is not x:
                     return None
+    now = list(map(_NODE, nodes))
+    if now != t.nodes and not _check(t, nodes, now):
+        return None
     if len(set(map(id, nodes))) != n or len(set(map(id, leaves))) != len(leaves):
         return None
-    for x, m in zip(leaves, t.leaf_meta):
-        if x.shape != m[0] or x.dtype != m[1] or x.device != m[2]:
-            return None
+    if list(map(_LEAF, leaves)) != t.leaf_meta:
+        return None
     for k, vals in t.fixed:
         if tuple([x.value for x in nodes[k].prim._ck[1]]) != vals:
             return None
@@ -160,3 +163,26 @@ def match(t: Template, roots) -> tuple | None:
     for k in t.sc_pos:
         scalars.extend([x.value for x in nodes[k].prim._ck[1]])
     return nodes, leaves, scalars
+
+
+def _check(t: Template, nodes: list, now: list) -> bool:
+    """Whether every node that differs from the template's graph (``now``: as ``t.nodes``) still
+    agrees with its key entry: the primitive's key, shape, dtype, stream, users and whether an array
+    holds it (the nodes' inputs were placed by ``match``)."""
+    for k in compress(range(len(now)), map(ne, now, t.nodes)):
+        d = nodes[k]
+        pk, shape, dtype, stream, refs, users, seen = t.ents[k]
+        p = d.prim
+        if p is None or d.siblings is not None:
+            return False
+        try:
+            ck = p._ck[0]
+        except AttributeError:
+            ck = cache_info(p)
+            if ck is None:
+                return False
+            ck = ck[0]
+        if (d.stream is not stream or d.users != users or (d.arrays > 0) is not seen or d.shape != shape
+                or (ck is not pk and ck != pk) or (d.dtype is not dtype and d.dtype != dtype)):
+            return False
+    return True

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
+from ..graph import tracer as _tracer
 from ..graph.node import ArrayData, Primitive, multi_output
 from ..defaults import resolve_stream
 from ..shapes import broadcast_shapes  # noqa: F401 - the ops' shared import point
@@ -32,8 +33,32 @@ def shared(cls: type, *args: Any) -> Primitive:
 _SHARED: dict = {}
 
 
+def remembered(cache: dict, key: Any, make: Any) -> Any:
+    """``cache[key]``, made by ``make()`` the first time (and kept while the cache holds fewer than
+    4096; a None key is never kept). The ops keep so what they check and infer per shape, for a
+    forward that makes the same reshapes, slices and reductions at every call."""
+    hit = cache.get(key)
+    if hit is None:
+        hit = make()
+        if key is not None and len(cache) < 4096:
+            cache[key] = hit
+    return hit
+
+
 def node(prim: Primitive, inputs: Sequence[ArrayData], shape: Shape, dtype: np.dtype, stream) -> Array:
-    return Array._wrap(ArrayData(tuple(shape), dtype, stream, prim, tuple(inputs)))
+    """A new pending value, and the Array bound to it (``Array._wrap``, inlined: every op makes one)."""
+    d = ArrayData(shape if shape.__class__ is tuple else tuple(shape), dtype, stream, prim,
+                  inputs if inputs.__class__ is tuple else tuple(inputs))
+    a = _new(Array)
+    a._data = d
+    d.arrays = 1
+    if _tracing[0]:
+        _tracer.note_created(a)
+    return a
+
+
+_new = object.__new__
+_tracing = _tracer.ACTIVE
 
 
 def outputs(prim: Primitive, inputs: Sequence[ArrayData], specs: Sequence[tuple], stream) -> tuple[Array, ...]:
@@ -48,7 +73,7 @@ def outputs(prim: Primitive, inputs: Sequence[ArrayData], specs: Sequence[tuple]
 
 def to_stream(d: ArrayData, st, op: str) -> ArrayData:
     """The value on st's device: the same node, or a copy to that device."""
-    if d.device == st.device:
+    if d.device is st.device or d.device == st.device:
         return d
     return ArrayData(d.shape, d.dtype, st, Copy(f"{op}.to_{st.device.type}"), (d,))
 
@@ -94,6 +119,9 @@ def _default_dtype(host: np.ndarray, op: str) -> np.dtype:
 
 def operand(x: Any, st, op: str) -> ArrayData:
     """An op's array argument: an Array (moved to st's device if needed) or host data (a constant)."""
+    if x.__class__ is Array:
+        d = x._data
+        return d if d.device is st.device else to_stream(d, st, op)
     if isinstance(x, Array):
         return to_stream(x._data, st, op)
     if isinstance(x, (list, tuple, np.ndarray, np.generic, bool, int, float)):
@@ -110,6 +138,8 @@ class AxisError(ValueError, IndexError):
 
 
 def normalize_axis(axis: Any, ndim: int, op: str) -> int:
+    if axis.__class__ is int and -ndim <= axis < ndim:
+        return axis % ndim
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
         raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__}")
     a = int(axis)

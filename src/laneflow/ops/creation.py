@@ -11,7 +11,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..device import Device, as_device
 from ..interop import dlpack as _dlpack
-from .core import check_shape, constant, node, stream_of, to_stream
+from .core import check_shape, constant, node, shared, stream_of, to_stream
 from .primitives import Arange, Eye, Full, Linspace
 from .shape import astype
 
@@ -159,7 +159,8 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, de
     n = max(0, math.ceil((stop - start) / step))
     # numpy's rule: each bound as an array (Python ints int64, floats float64), then promoted.
     to = _dtype(dtype, "arange") or dt.dtype(np.result_type(*(np.asarray(v) for v in (start, stop, step))))
-    return node(Arange(start, step), (), (n,), to, st)
+    prim = shared(Arange, start, step) if start.__class__ is int and step.__class__ is int else Arange(start, step)
+    return node(prim, (), (n,), to, st)
 
 
 def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None,

@@ -150,11 +150,26 @@ def _broadcast_pair(a: tuple, b: tuple) -> tuple | None:
 _PRIM_CACHE_MAX = 64
 
 
+def _with_scalar(cache: dict, name: str, value: Any, at: int, arrays: int = 1) -> Elementwise:
+    """The primitive of ``name`` with a Python scalar operand at position ``at`` among ``arrays``
+    array inputs: one per value and position in ``cache``, never for 0 (0.0 and -0.0 are equal keys)
+    nor NaN."""
+    key = (value.__class__, value, at)
+    prim = cache.get(key)
+    if prim is None:
+        operands: list = list(range(arrays))
+        operands.insert(at, Scalar(value))
+        prim = Elementwise(name, name, tuple(operands))
+        if value and value == value and len(cache) < _PRIM_CACHE_MAX:
+            cache[key] = prim
+    return prim
+
+
 def _binary(row: table.Elementwise):
     name = row.name
     ufunc = row.ufunc
     both = Elementwise(name, name, (0, 1))
-    with_scalar: dict = {}  # (type, value) -> prim; never 0 (0.0 and -0.0 are equal keys) nor NaN
+    with_scalar: dict = {}  # (type, value, position) -> prim
 
     def op(a: Any, b: Any, /, *, stream: Any = None) -> Array:
         if stream is None and a.__class__ is Array:
@@ -167,12 +182,7 @@ def _binary(row: table.Elementwise):
                 if bc is float or (bc is int and d.dtype in _FLOATS):  # an int fits any float dtype
                     hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, bc)))
                     if hit is not None and hit[1] is None:
-                        prim = with_scalar.get((bc, b))
-                        if prim is None:
-                            prim = Elementwise(name, name, (0, Scalar(b)))
-                            if b and b == b and len(with_scalar) < _PRIM_CACHE_MAX:
-                                with_scalar[(bc, b)] = prim
-                        return node(prim, (d,), d.shape, hit[0], st)
+                        return node(_with_scalar(with_scalar, name, b, 1), (d,), d.shape, hit[0], st)
                 elif bc is Array:
                     e = b._data
                     if e.device is d.device or e.device == d.device:
@@ -181,6 +191,13 @@ def _binary(row: table.Elementwise):
                             shape = d.shape if e.shape == d.shape else _broadcast_pair(d.shape, e.shape)
                             if shape is not None:
                                 return node(both, (d, e), shape, hit[0], st)
+        elif stream is None and b.__class__ is Array and (a.__class__ is float or a.__class__ is int):
+            st = current_stream()  # a scalar first (``0.5 * x``): as above
+            e = b._data
+            if (e.device is st.device or e.device == st.device) and (a.__class__ is float or e.dtype in _FLOATS):
+                hit = _SIGNATURES.get((name, ufunc, None, (a.__class__, e.dtype)))
+                if hit is not None and hit[1] is None:
+                    return node(_with_scalar(with_scalar, name, a, 0), (e,), e.shape, hit[0], st)
         return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
@@ -188,7 +205,7 @@ def _binary(row: table.Elementwise):
     return op
 
 
-def _unary(row: table.Elementwise):
+def unary(row: table.Elementwise):
     name = row.name
     ufunc = row.ufunc
     prim = Elementwise(name, name, (0,))
@@ -209,7 +226,7 @@ def _unary(row: table.Elementwise):
 
 
 #: The public elementwise ops made from the op table (``ops/table.py``), by name.
-GENERATED: dict = {row.name: (_unary if row.arity == 1 else _binary)(row)
+GENERATED: dict = {row.name: (unary if row.arity == 1 else _binary)(row)
                    for row in table.ELEMENTWISE.values() if row.public}
 globals().update(GENERATED)
 __all__ = [*GENERATED, "power", "where", "clip", "round", "real", "imag", "conj"]
@@ -232,6 +249,15 @@ def power(a: Any, b: Any, /, *, stream: Any = None) -> Array:
 
 def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
     """``x`` where ``condition`` is true, else ``y`` (broadcast together; dtype of ``x`` and ``y`` promoted)."""
+    if stream is None and condition.__class__ is Array and x.__class__ is Array and y.__class__ in (float, int):
+        # the common ``where(mask, scores, -1e9)``: a float array and a Python number, a signature seen before
+        st = current_stream()
+        c, d = condition._data, x._data
+        if (c.device is st.device and d.device is st.device and d.dtype in _FLOATS):
+            hit = _SIGNATURES.get(("where", np.where, d.dtype, (c.dtype, d.dtype, y.__class__)))
+            shape = d.shape if c.shape == d.shape else _broadcast_pair(c.shape, d.shape)
+            if hit is not None and hit[1] is None and shape is not None:
+                return node(_with_scalar(_WHERE, "where", y, 2, 2), (c, d), shape, hit[0], st)
     weak = [v if _is_weak(v) else None for v in (x, y)]
     st = stream_of(stream, "where")
     dts = [w if w is not None else operand(v, st, "where").dtype for w, v in zip(weak, (x, y))]
@@ -240,6 +266,9 @@ def where(condition: Any, x: Any, y: Any, /, *, stream: Any = None) -> Array:
     except (TypeError, np.exceptions.DTypePromotionError) as e:
         raise TypeError(f"where: no common dtype for x and y ({e})") from None
     return apply("where", (condition, x, y), st, fn="where", result=res)
+
+
+_WHERE: dict = {}  # where's primitives with a scalar ``y`` (``_with_scalar``)
 
 
 def clip(x: Any, /, min: Any = None, max: Any = None, *, stream: Any = None) -> Array:  # noqa: A002

@@ -15,7 +15,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..graph.node import ArrayData
 from .datadep import host_value
-from .core import cast, constant, shared, describe, node, normalize_axis, operand, stream_of
+from .core import cast, constant, describe, node, normalize_axis, operand, remembered, shared, stream_of
 from .primitives import GetItem, Reshape, SetItem, Take
 
 
@@ -144,16 +144,57 @@ def getitem(x: Any, index: Any, *, stream: Any = None) -> Array:
     """``x[index]`` as a new value (a copy; laneflow arrays are values, not numpy views)."""
     st = stream_of(stream, "getitem")
     d = operand(x, st, "getitem")
+    key = _basic_key(index)
+    if key is not None:  # ints, slices of ints, None, Ellipsis: what this index of this shape gives, made once
+        key = (key, d.shape)
+        shape, prim = _BASIC.get(key) or remembered(_BASIC, key, lambda: _basic_index(index, d, st))
+        if prim is None and shape == d.shape:
+            return Array._wrap(d)
+        return node(prim, (d,), shape, d.dtype, st)
     flag = _bool_scalar(index)
     if flag is not None:  # x[True] is x with a new leading axis; x[False] the same, emptied (numpy's rule)
         wide = node(Reshape((1,) + d.shape), (d,), (1,) + d.shape, d.dtype, st)
         return getitem(wide, slice(0, int(flag)), stream=st)
     entries, arrays = _normalize("getitem", index, d, st)
     shape = _indexed_shape("getitem", d, entries, arrays)
-    if not arrays and all(isinstance(e, slice) and e.start is None and e.stop is None and e.step is None
-                          for e in entries) and shape == d.shape:
+    if not arrays and _whole(entries) and shape == d.shape:
         return Array._wrap(d)
     return node(GetItem(entries), (d, *arrays), shape, d.dtype, st)
+
+
+def _basic_index(index: Any, d, st) -> tuple:
+    entries, _ = _normalize("getitem", index, d, st)
+    return _indexed_shape("getitem", d, entries, []), None if _whole(entries) else GetItem(entries)
+
+
+def _whole(entries: tuple) -> bool:
+    return all(isinstance(e, slice) and e.start is None and e.stop is None and e.step is None for e in entries)
+
+
+#: (basic index key, shape) -> (result shape, the GetItem, or None where the index is every slice whole):
+#: a forward's slices are one primitive each, whose key the plan cache reads once
+_BASIC: dict = {}
+
+
+def _basic_key(index: Any) -> tuple | None:
+    """A hashable stand-in for a basic index of Python ints, slices of them, None and Ellipsis (slices
+    do not hash); None for any other index."""
+    if index.__class__ is not tuple:
+        index = (index,)
+    key = []
+    for e in index:
+        c = e.__class__
+        if c is slice:
+            a, b, k = e.start, e.stop, e.step
+            if not ((a is None or a.__class__ is int) and (b is None or b.__class__ is int)
+                    and (k is None or k.__class__ is int)):
+                return None
+            key.append((a, b, k))
+        elif c is int or e is None or e is Ellipsis:
+            key.append(e)
+        else:
+            return None
+    return tuple(key)
 
 
 def setitem(x: Any, index: Any, value: Any, *, stream: Any = None) -> Array:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import cast, describe, node, normalize_axes, normalize_axis, operand, ordered, shared, stream_of
+from .core import cast, describe, node, normalize_axes, normalize_axis, operand, ordered, remembered, shared, stream_of
 from .primitives import ArgReduce, LogSumExp, Reduce, Softmax
 from .table import REDUCTIONS
 
@@ -32,25 +32,41 @@ def _result_dtype(name: str, d: np.dtype) -> np.dtype:
 
 def _out_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
     if keepdims:
-        return tuple(1 if i in axes else s for i, s in enumerate(shape))
-    return tuple(s for i, s in enumerate(shape) if i not in axes)
+        return tuple([1 if i in axes else s for i, s in enumerate(shape)])
+    return tuple([s for i, s in enumerate(shape) if i not in axes])
 
 
 def _reduce(name: str, x: Any, axis: Any, keepdims: bool, stream: Any, ddof: int = 0) -> Array:
     st = stream_of(stream, name)
     d = operand(x, st, name)
+    # the common call (axis None, a Python int or a tuple of them; keepdims a bool; ddof an int): its
+    # checks and result made once per shape and dtype
+    key = ((name, d.shape, d.dtype, axis, keepdims, ddof) if (axis is None or axis.__class__ is int or (
+        axis.__class__ is tuple and builtins.all(a.__class__ is int for a in axis))) and keepdims.__class__ is bool
+        and ddof.__class__ is int else None)
+    prim, shape, dtype = (_REDUCED.get(key)
+                          or remembered(_REDUCED, key, lambda: _reduction(name, d, axis, keepdims, ddof)))
+    return node(prim, (d,), shape, dtype, st)
+
+
+#: (name, shape, dtype, axis, keepdims, ddof) -> (primitive, result shape, result dtype)
+_REDUCED: dict = {}
+
+
+def _reduction(name: str, d, axis: Any, keepdims: bool, ddof: Any) -> tuple:
     axes = normalize_axes(axis, len(d.shape), name)
-    if REDUCTIONS[name].combine in ("maximum", "minimum"):
+    row = REDUCTIONS[name]
+    if row.combine in ("maximum", "minimum"):
         ordered(name, d)
-    if REDUCTIONS[name].moments and dt.is_complex(d.dtype):
+    if row.moments and dt.is_complex(d.dtype):
         raise TypeError(f"{name}: not defined for complex dtypes (the array API: real floating); got {describe(d)}; "
                         f"take {name} of lf.real(x) and lf.imag(x), or of lf.abs(x)")
-    if not REDUCTIONS[name].empty_ok and builtins.any(d.shape[a] == 0 for a in axes):  # (this module shadows any)
+    if not row.empty_ok and 0 in d.shape and builtins.any(d.shape[a] == 0 for a in axes):  # (this module shadows any)
         raise ValueError(f"{name}: zero-size reduction over axes {axes} of an array {describe(d)} has no identity")
     if not isinstance(ddof, (int, np.integer)) or isinstance(ddof, bool) or ddof < 0:
         raise ValueError(f"{name}: ddof must be a non-negative int, got {ddof!r}")
-    return node(shared(Reduce, name, axes, bool(keepdims), int(ddof)), (d,), _out_shape(d.shape, axes, keepdims),
-                _result_dtype(name, d.dtype), st)
+    return (shared(Reduce, name, axes, bool(keepdims), int(ddof)), _out_shape(d.shape, axes, keepdims),
+            _result_dtype(name, d.dtype))
 
 
 def _with_dtype(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any, stream: Any) -> Array:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
-from .core import as_int, check_shape, describe, node, normalize_axis, operand, shared, stream_of
+from .core import as_int, check_shape, describe, node, normalize_axis, operand, remembered, shared, stream_of
 from .primitives import AsType, BroadcastTo, Concatenate, GetItem, Reshape, Transpose
 
 
@@ -56,6 +56,23 @@ def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None)
         if s.__class__ is not int:
             shape = tuple(as_int(s, f"each size in shape {shape}", "reshape") for s in shape)
             break
+    key = (d.shape, shape)
+    return _laid_out(d, st, _RESHAPED.get(key) or remembered(_RESHAPED, key, lambda: _new_shape(d, shape)))
+
+
+def _laid_out(d, st, how: tuple) -> Array:
+    """``d`` reshaped or permuted as ``how`` says: (the primitive, or None for ``d`` as it is, the shape)."""
+    prim, shape = how
+    return _same(d, st) if prim is None else node(prim, (d,), shape, d.dtype, st)
+
+
+#: (shape, requested shape) -> (its Reshape or None for the same shape, the new shape): checked once
+_RESHAPED: dict = {}
+
+
+def _new_shape(d, shape: tuple) -> tuple:
+    """``shape`` (ints, at most one -1) as the shape of d's elements (and its Reshape, or None for the
+    same shape), or ValueError."""
     n = d.size
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"reshape: invalid shape {shape}: at most one -1 and no other negative sizes")
@@ -66,9 +83,7 @@ def reshape(x: Any, shape: Any, *, copy: bool | None = None, stream: Any = None)
         shape = tuple(n // known if s == -1 else s for s in shape)
     if math.prod(shape) != n:
         raise ValueError(f"reshape: cannot reshape an array {describe(d)} of size {n} into shape {shape}")
-    if shape == d.shape:
-        return _same(d, st)
-    return node(shared(Reshape, shape), (d,), shape, d.dtype, st)
+    return (shared(Reshape, shape) if shape != d.shape else None), shape
 
 
 def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) -> Array:
@@ -79,12 +94,37 @@ def transpose(x: Any, axes: Sequence[int] | None = None, *, stream: Any = None) 
     if axes is None:
         perm = tuple(range(nd - 1, -1, -1))
     else:
-        perm = tuple(normalize_axis(a, nd, "transpose") for a in axes)
-        if sorted(perm) != list(range(nd)):
-            raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
-    if perm == tuple(range(nd)):
-        return _same(d, st)
-    return node(shared(Transpose, perm), (d,), tuple(d.shape[p] for p in perm), d.dtype, st)
+        key = (nd, axes) if axes.__class__ is tuple and all(a.__class__ is int for a in axes) else None
+        perm = _PERMS.get(key) or remembered(_PERMS, key, lambda: _permutation(axes, d))
+    return _permuted(d, perm, st)
+
+
+def _permutation(axes, d) -> tuple:
+    nd = len(d.shape)
+    perm = tuple([normalize_axis(a, nd, "transpose") for a in axes])
+    if len(perm) != nd or len(set(perm)) != nd:  # (each in range already)
+        raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {nd} axes of {describe(d)}")
+    return perm
+
+
+#: (dimensions, axes of Python ints) -> the permutation they name: checked once
+_PERMS: dict = {}
+
+
+def _permuted(d, perm: tuple, st) -> Array:
+    """``d`` with its axes in the order ``perm`` (a permutation, checked)."""
+    key = (d.shape, perm)
+    return _laid_out(d, st, _PERMUTED.get(key) or remembered(_PERMUTED, key, lambda: _permuted_shape(d, perm)))
+
+
+def _permuted_shape(d, perm: tuple) -> tuple:
+    if perm == tuple(range(len(perm))):
+        return None, d.shape
+    return shared(Transpose, perm), tuple([d.shape[p] for p in perm])
+
+
+#: (shape, permutation) -> (its Transpose or None for none, the result shape)
+_PERMUTED: dict = {}
 
 
 def swapaxes(x: Any, axis1: int, axis2: int, *, stream: Any = None) -> Array:
@@ -95,7 +135,7 @@ def swapaxes(x: Any, axis1: int, axis2: int, *, stream: Any = None) -> Array:
     a, b = normalize_axis(axis1, nd, "swapaxes"), normalize_axis(axis2, nd, "swapaxes")
     perm = list(range(nd))
     perm[a], perm[b] = perm[b], perm[a]
-    return transpose(Array._wrap(d), perm, stream=st)
+    return _permuted(d, tuple(perm), st)
 
 
 def expand_dims(x: Any, axis: Any, *, stream: Any = None) -> Array:

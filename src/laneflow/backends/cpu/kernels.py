@@ -10,128 +10,25 @@ and no kernel pays for an ``np.errstate`` block.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-
 
 from ...dtypes import bfloat16, float16, float32, float64, inside_range
 from ...shapes import is_contiguous
-from ...ops.table import ELEMENTWISE, REDUCTIONS, compute_in as _compute
-from ...ops.primitives import MatmulEpilogue
-from . import philox
+from ...ops.table import compute_in as _compute
+from . import dense, philox, prepared
 from .linalg import linalg
+# (UFUNCS and SPECIAL: the elementwise ops' numpy computations, read here by the op table's tests)
+from .prepared import COMPLEX_SPECIAL, SPECIAL, UFUNCS, _accumulator, kernel, reduce  # noqa: F401
 
-_HALF = (float16, bfloat16)
-
-#: The numpy computation of every elementwise op of the op table: its ufunc (called with ``out=``),
-#: or, for ops numpy has no ufunc for, ``reference(out_dtype, *args)`` whose result is cast into the output.
-UFUNCS = {row.name: getattr(np, row.numpy) for row in ELEMENTWISE.values() if row.numpy}
-SPECIAL = {row.name: row.reference for row in ELEMENTWISE.values() if not row.numpy}
-#: ops whose complex results numpy's ufunc gets wrong at the standard's special cases
-COMPLEX_SPECIAL = {row.name: row.complex_reference for row in ELEMENTWISE.values() if row.complex_reference}
-
-
-def elementwise(lane, prim, ins, outs):
-    args = [ins[o] if o.__class__ is int else o.value for o in prim.operands]
-    _apply(prim.fn, args, outs[0])
-
-
-def _apply(fn, args, out):
-    if fn in COMPLEX_SPECIAL and out.dtype.kind == "c":
-        np.copyto(out, COMPLEX_SPECIAL[fn](*args), casting="unsafe")
-        return
-    f = UFUNCS.get(fn)
-    if f is not None:
-        if fn == "nextafter":  # the step is the output dtype's: a weak Python scalar must not pick a wider loop
-            args = [a if a.__class__ is np.ndarray else np.asarray(a, out.dtype) for a in args]
-        f(*args, out=out, casting="unsafe")
-    else:
-        np.copyto(out, SPECIAL[fn](out.dtype, *args), casting="unsafe")
-
-
-def fused(lane, prim, ins, outs):
-    """Elementwise steps of a fused group (graph/fusion.py) in one command, each computed and rounded
-    in its own dtype as the unfused op is, so results are the same bits. A step writes into the
-    temporary of a step whose last use it is (numpy ufuncs allow an output that is exactly an input),
-    so a chain holds about two temporaries at a time, as the unfused ops' in-place reuse does."""
-    steps = prim.steps
-    last = len(steps) - 1
-    last_use = prim.last_use
-    vals: list = [None] * len(steps)
-    free: dict = {}  # dtype -> temporaries no later step reads
-    shape = outs[0].shape
-    for j, (fn, operands, dtype) in enumerate(steps):
-        args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
-        for o in operands:  # temporaries read for the last time: free for this step's output
-            if o.__class__ is int and o < 0 and last_use[-o - 1] == j and vals[-o - 1] is not None:
-                t = vals[-o - 1]
-                vals[-o - 1] = None
-                free.setdefault(t.dtype, []).append(t)
-        if j == last:
-            out = outs[0]
-        else:
-            pool = free.get(np.dtype(dtype))
-            out = pool.pop() if pool else np.empty(shape, dtype)
-        _apply(fn, args, out)
-        vals[j] = out
-
-
-def rowfused(lane, prim, ins, outs):
-    """A row program (graph/rowfusion.py) as its members' own kernels, one after another: one command
-    instead of one per op, and the unfused results bit for bit. Full-shape steps have the shape
-    ``lead + (n,)``, per-row ones ``lead + (1,)``."""
-    lead = outs[0].shape[:-1]
-    steps = prim.steps
-    last = len(steps) - 1
-    vals: list = [None] * len(steps)
-    for j, (kind, op, operands, dtype, full) in enumerate(steps):
-        args = [(ins[o] if o >= 0 else vals[-o - 1]) if o.__class__ is int else o.value for o in operands]
-        out = outs[0] if j == last else np.empty(lead + ((prim.n,) if full else (1,)), dtype)
-        if kind == "elementwise":
-            _apply(op, args, out)
-        elif kind == "astype":
-            np.copyto(out, args[0], casting="unsafe")
-        else:  # a reduction or softmax over the last axis: the member's own primitive says how
-            (reduce if kind == "reduce" else softmax)(lane, op, args, [out])
-        vals[j] = out
-
-
-def astype(lane, prim, ins, outs):
-    np.copyto(outs[0], ins[0], casting="unsafe")
-
-
-
-
-def _accumulator(dtype):
-    return float32 if dtype in _HALF else dtype
-
-
-def _moments(name, x, axes, ddof, acc):
-    """mean, var or std over axes (kept as size-1 dims) in the accumulator dtype, numpy's two-pass way.
-    Empty slices give NaN (0/0) and ddof >= n gives inf or NaN, as in numpy, without warnings."""
-    n = math.prod(x.shape[a] for a in axes)
-    x = x.astype(acc, copy=False)
-    mean = np.sum(x, axis=axes, keepdims=True) / n
-    if name == "mean":
-        return mean
-    d = x - mean
-    var = np.sum(d * d, axis=axes, keepdims=True) / max(n - ddof, 0)
-    return var if name == "var" else np.sqrt(var)
-
-
-def reduce(lane, prim, ins, outs):
-    x, out = ins[0], outs[0]
-    name, axes = prim.name, prim.axes
-    if name == "mean" or REDUCTIONS[name].moments:
-        r = _moments(name, x, axes, prim.ddof, _accumulator(out.dtype))
-        if not prim.keepdims:
-            r = r.reshape(out.shape)
-    elif name in ("sum", "prod"):
-        r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims, dtype=_accumulator(out.dtype))
-    else:
-        r = getattr(np, REDUCTIONS[name].numpy)(x, axis=axes, keepdims=prim.keepdims)
-    np.copyto(out, r, casting="unsafe")
+# The kinds the CPU executor prepares for their operands (prepared.py, dense.py): ``kernel.prepare``.
+elementwise = kernel(prepared.elementwise, prepared.prepare_elementwise)
+astype = kernel(prepared.astype, prepared.prepare_astype)
+fused = kernel(prepared.fused, prepared.prepare_fused)
+rowfused = kernel(prepared.rowfused, prepared.prepare_rowfused)
+softmax = kernel(prepared.softmax, prepared.prepare_softmax)
+matmul = kernel(dense.matmul, dense.prepare_matmul)
+norm = kernel(dense.norm, dense.prepare_norm)
+attention = kernel(dense.attention, dense.prepare_attention)
 
 
 def argreduce(lane, prim, ins, outs):
@@ -172,12 +69,6 @@ def slogdet(lane, prim, ins, outs):
     np.copyto(outs[2], np.linalg.det(ins[0]), casting="unsafe")
 
 
-def softmax(lane, prim, ins, outs):
-    x = _compute(ins[0], outs[0].dtype)
-    e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf))  # initial: empty axes
-    np.copyto(outs[0], e / np.sum(e, axis=prim.axes, keepdims=True), casting="unsafe")
-
-
 def logsumexp(lane, prim, ins, outs):
     x = _compute(ins[0], outs[0].dtype)
     m = np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf)  # over an empty axis: log(0) = -inf
@@ -186,69 +77,6 @@ def logsumexp(lane, prim, ins, outs):
     if not prim.keepdims:
         r = np.squeeze(r, axis=prim.axes)
     np.copyto(outs[0], r, casting="unsafe")
-
-
-def matmul(lane, prim, ins, outs):
-    out = outs[0]
-    acc = _accumulator(out.dtype)  # the result dtype; float32 for the half types
-    a, b = (x.astype(acc, copy=False) for x in ins[:2])
-    r = np.matmul(a, b)
-    if prim.__class__ is MatmulEpilogue:  # an epilogue (graph/epilogue.py): in the accumulator, rounded once
-        k = 2
-        if prim.bias:
-            r += ins[k].astype(acc, copy=False)
-            k += 1
-        if prim.residual:
-            r += ins[k].astype(acc, copy=False)
-        if prim.act is not None:
-            r = SPECIAL[prim.act](acc, r)
-    np.copyto(out, r, casting="unsafe")
-
-
-def norm(lane, prim, ins, outs):
-    """lf.nn.layer_norm / rms_norm over the last axis, statistics in the accumulator dtype."""
-    out = outs[0]
-    acc = float64 if out.dtype == float64 else float32
-    x = ins[0].astype(acc, copy=False)
-    if prim.name == "layer_norm":
-        xc = x - x.mean(axis=-1, keepdims=True)
-        y = xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + acc.type(prim.eps))
-    else:
-        y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + acc.type(prim.eps))
-    k = 1
-    if prim.weight:
-        y = y * ins[k].astype(acc, copy=False)
-        k += 1
-    if prim.bias:
-        y = y + ins[k].astype(acc, copy=False)
-    np.copyto(out, y, casting="unsafe")
-
-
-def attention(lane, prim, ins, outs):
-    """lf.nn.scaled_dot_product_attention in numpy: scores in the accumulator dtype, a bottom-right
-    causal mask, and zeros for a query that sees no key."""
-    out = outs[0]
-    acc = float64 if out.dtype == float64 else float32
-    # contiguous copies: numpy's BLAS must not see a strided operand (see CPUBackend.strided_kinds)
-    q, k, v = (np.ascontiguousarray(x, dtype=acc) for x in ins[:3])
-    B, Hq, Tq, _ = q.shape
-    Hkv, Tk = k.shape[1], k.shape[2]
-    if Hq != Hkv:
-        k, v = np.repeat(k, Hq // Hkv, axis=1), np.repeat(v, Hq // Hkv, axis=1)
-    s = np.matmul(q, np.ascontiguousarray(k.swapaxes(-1, -2))) * acc.type(prim.scale)
-    allowed = np.ones((1, 1, Tq, Tk), bool)
-    if prim.causal:
-        allowed = (np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + (Tk - Tq))[None, None]
-    if prim.mask == "bool":
-        allowed = allowed & ins[3]
-    elif prim.mask == "additive":
-        s = s + ins[3].astype(acc, copy=False)
-    s = np.where(allowed, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
-    p = np.exp(s - np.where(np.isfinite(m), m, 0))
-    l = p.sum(axis=-1, keepdims=True)
-    o = np.matmul(p, v)
-    np.copyto(out, np.where(l > 0, o / np.where(l > 0, l, 1), 0), casting="unsafe")
 
 
 def matmul_group(lane, prim, ins, outs):
@@ -264,7 +92,21 @@ def reshape(lane, prim, ins, outs):
 
 
 def transpose(lane, prim, ins, outs):
-    np.copyto(outs[0], ins[0].transpose(prim.perm))
+    x, out = ins[0], outs[0]
+    if prim.perm == (1, 0) and x.size >= 1 << 14:
+        _transpose_rows(x, out)
+    else:
+        np.copyto(out, x.transpose(prim.perm))
+
+
+def _transpose_rows(x, out) -> None:
+    """``out = x.T`` a block of x's rows at a time (about 8192 elements: a block of either side stays
+    in the cache). numpy's copy of the whole transposed view walks one side with a large stride:
+    2-4x slower for a (1024, 64) or (512, 512) float32 matrix. A copy: the same values."""
+    n = 8192 // x.shape[1]
+    b = 16 if n < 16 else min(256, 1 << (n.bit_length() - 1))
+    for i in range(0, x.shape[0], b):
+        np.copyto(out[:, i:i + b], x[i:i + b].T)
 
 
 def broadcast_to(lane, prim, ins, outs):
@@ -378,6 +220,17 @@ def as_view(data: np.ndarray, shape: tuple, strides: tuple, offset: int) -> np.n
 
 def strided(lane, prim, ins, outs):
     np.copyto(outs[0].reshape(prim.shape), as_view(ins[0], prim.shape, prim.strides, prim.offset))
+
+
+def _prepare_strided(prim, ins, outs, scratch):
+    """The strided copy of an input already read through its view (``strided.views``): a CPU plan
+    makes the view of an input that does not change from call to call once."""
+    shape = prim.shape
+    return lambda ins, outs: np.copyto(outs[0].reshape(shape), ins[0])
+
+
+strided.prepare = _prepare_strided
+strided.views = lambda prim: ((prim.shape, prim.strides, prim.offset),)
 
 
 def copy(lane, prim, ins, outs):

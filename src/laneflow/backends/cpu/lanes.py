@@ -98,11 +98,10 @@ class ThreadLane(Lane):
                 return  # queued meanwhile: the worker runs it
             self._inline_seq = cmd.seq  # before _deferred is cleared: _put reads them unlocked
             self._deferred = None
-        err_state = np.seterr(all="ignore")  # as on the worker (numpy keeps the state per thread)
         try:
-            self._run(cmd)
+            with np.errstate(all="ignore"):  # as on the worker (numpy keeps the state per thread)
+                self._run(cmd)
         finally:
-            np.seterr(**err_state)
             self._inline_count += 1  # after the fence: until then the lane is not idle
 
     def _run(self, item: Command) -> None:
