@@ -72,6 +72,17 @@ def _row_step(xp, name: str, x, y, softmax):
     return xc / xp.sqrt((xc * xc).mean(axis=-1, keepdims=True) + 1e-5) * y + 0.5
 
 
+def _flat_rows(x: np.ndarray) -> bool:
+    """Rows with (almost) no spread, which a layer norm cannot be compared on: ``x - mean`` is then a
+    few ulps of the summation order's rounding, amplified by up to ``1 / sqrt(eps)`` (316x). (The GPU
+    fuzz found it: ``maximum(x, col)`` made a constant row; the GPU's mean was exact, numpy's an ulp
+    off, and 0.5 came out as 0.50005.)"""
+    with np.errstate(all="ignore"):
+        spread = np.ptp(x, axis=-1)
+        size = np.abs(x).max(axis=-1)
+    return bool(np.any(~(spread > 1e-3 * size)))
+
+
 def _np_softmax(x, axis=-1):
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return (e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype)
@@ -240,6 +251,8 @@ def run_steps(pool: Pool, steps, dtype) -> None:
             if is_int or r.ndim == 0 or r.shape[-1] == 0:
                 continue
             name = NN[s[1]]
+            if name == "layer_norm" and _flat_rows(r):
+                continue
             pool.push(_nn_step(name, pool.lf[i], stream), _nn_ref(name, r))
         elif kind == "rows":
             i, j = pool.pick(s[2]), pool.pick(s[3])
@@ -252,6 +265,8 @@ def run_steps(pool: Pool, steps, dtype) -> None:
             except ValueError:
                 continue
             name = ROWS[s[1]]
+            if name == "layer_norm_plain" and _flat_rows(r):
+                continue
             with lf.stream(stream):
                 a = _row_step(lf, name, pool.lf[i], pool.lf[j], lf.softmax)
             with np.errstate(all="ignore"):
