@@ -12,8 +12,6 @@ time, the step is host-bound. ``--fake`` runs on the fake driver (host cost only
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import numpy as np
@@ -27,10 +25,9 @@ def main() -> None:
     ap.add_argument("--fake", action="store_true")
     a = ap.parse_args()
     if a.fake:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "doubles"))
-        import fake_cuda
+        import fake_driver
 
-        fake_cuda.install()
+        fake_driver.install()
     import laneflow as lf
     from laneflow.models import gpt2
     from laneflow.models import gpt2_decode as dec

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import os
 import pstats
 import sys
 import time
@@ -34,10 +33,9 @@ def main() -> int:
     ap.add_argument("--gpt2", action="store_true")
     a = ap.parse_args()
     if a.fake:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "doubles"))
-        import fake_cuda
+        import fake_driver
 
-        fake_cuda.install()
+        fake_driver.install()
     import laneflow as lf
     from laneflow.graph import eval_cache, fusion
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
 import sys
 import time
@@ -33,10 +32,9 @@ def main() -> int:
     ap.add_argument("--uncached", action="store_true", help="bypass the plan cache (every forward a first sighting)")
     a = ap.parse_args()
     if a.fake:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "doubles"))
-        import fake_cuda
+        import fake_driver
 
-        fake_cuda.install()
+        fake_driver.install()
     import laneflow as lf
     from laneflow.graph import eval_cache
     from laneflow.models import gpt2
