@@ -43,8 +43,10 @@ NN = ["layer_norm", "rms_norm", "gelu_tanh", "silu"]
 
 
 def _nn_ref(name: str, x: np.ndarray) -> np.ndarray:
-    """numpy's value of an lf.nn step, computed as the CPU kernels compute it (bit for bit)."""
+    """numpy's value of an lf.nn step, computed as the CPU kernels compute it (bit for bit: statistics
+    of a C-contiguous copy, whatever the input's layout)."""
     t = x.dtype.type
+    x = np.ascontiguousarray(x)
     if name == "layer_norm":
         xc = x - x.mean(axis=-1, keepdims=True)
         return xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + t(1e-5))
@@ -194,7 +196,7 @@ def run_steps(pool: Pool, steps, dtype) -> None:
             ax = s[3] % r.ndim
             name = REDUCE[s[1]]
             pool.push(getattr(lf, name)(x, axis=ax, keepdims=True, stream=stream),
-                      getattr(np, name)(r, axis=ax, keepdims=True))
+                      getattr(np, name)(np.ascontiguousarray(r), axis=ax, keepdims=True))  # (as the CPU sums)
         elif kind == "matmul":
             i, j = pool.pick(s[1]), pool.pick(s[2])
             a, b = pool.np[i], pool.np[j]
@@ -270,7 +272,8 @@ def run_steps(pool: Pool, steps, dtype) -> None:
             with lf.stream(stream):
                 a = _row_step(lf, name, pool.lf[i], pool.lf[j], lf.softmax)
             with np.errstate(all="ignore"):
-                pool.push(a, _row_step(np, name, r, q, _np_softmax))
+                pool.push(a, _row_step(np, name, np.ascontiguousarray(r), q if q.flags.c_contiguous else
+                                       np.ascontiguousarray(q), _np_softmax))  # (the CPU reduces C-contiguous data)
         elif kind == "eval":
             lf.eval(pool.lf[pool.pick(s[1])], pool.lf[pool.pick(s[2])])
         elif kind == "async_eval":

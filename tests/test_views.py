@@ -235,3 +235,23 @@ def test_other_dtypes_through_transposed_matmul_operands(device, rng, dtype):
     want = a.astype(np.float64) @ b.astype(np.float64).swapaxes(-1, -2)
     tol = 0 if dtype.kind == "i" else 5e-2
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)
+
+
+def test_reductions_of_a_folded_transpose_have_the_bits_of_a_contiguous_copy(device, rng):
+    """numpy's summation order follows memory layout, so the CPU kernels reduce a C-contiguous copy of a
+    strided view: a value's bits do not depend on whether a transpose was folded, nor on the layout a
+    compiled plan gives it (the CPU fuzz found 1-ulp differences between commands and plan replays)."""
+    x = random_array(rng, (40, 6), np.float64)
+    X = lf.array(x, device=device)
+    xt = np.ascontiguousarray(x.T)
+
+    def prog(a):
+        return [lf.sum(a, axis=-1, keepdims=True), lf.mean(a, axis=-1, keepdims=True), lf.softmax(a, axis=-1),
+                lf.nn.layer_norm(a), (a * 0.5 - lf.mean(a, axis=-1, keepdims=True)) * 2.0]
+    want = [np.asarray(v) for v in prog(lf.array(xt, device=device))]
+    eager = [np.asarray(v) for v in prog(X.T)]
+    f = lf.compile(lambda a: prog(a.T))
+    for got in (eager, [np.asarray(v) for v in f(X)], [np.asarray(v) for v in f(X)]):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    np.testing.assert_allclose(want[0], xt.sum(-1, keepdims=True), rtol=1e-13)

@@ -98,10 +98,13 @@ def _gelu_tanh(shape, dt, scratch):
 # -- norms -----------------------------------------------------------------------------------------
 
 def norm(lane, prim, ins, outs):
-    """lf.nn.layer_norm / rms_norm over the last axis, statistics in the accumulator dtype."""
+    """lf.nn.layer_norm / rms_norm over the last axis, statistics in the accumulator dtype. A strided
+    input (a folded transpose) is first made C-contiguous: numpy's summation order follows memory
+    layout, and the bits must not depend on whether a view was folded (the CPU fuzz found 1-ulp
+    differences on a transposed input)."""
     out = outs[0]
     acc = float64 if out.dtype == float64 else float32
-    x = ins[0].astype(acc, copy=False)
+    x = np.ascontiguousarray(ins[0], dtype=acc)  # (ndim >= 1: ops.nn refuses 0-d)
     if prim.name == "layer_norm":
         xc = x - x.mean(axis=-1, keepdims=True)
         y = xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + acc.type(prim.eps))
