@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the standard version to test (ARRAY_API_TESTS_VERSION); default: lf.__array_api_version__")
     p.add_argument("--max-examples", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--module", default="laneflow",
+                   help="the namespace under test (ARRAY_API_TESTS_MODULE); e.g. array_api_strict, the reference, "
+                        "for the speed comparison")
+    p.add_argument("--times", action="store_true", help="print each test file's seconds at the end")
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = p.parse_args(argv)
 
@@ -115,15 +119,35 @@ def main(argv: list[str] | None = None) -> int:
         (suite / "laneflow_device_plugin.py").write_text(PLUGIN)
         xfails = Path(tmp) / "xfails.txt"
         xfails.write_text("".join(f"{t}\n" for t in read_xfails(XFAILS)))
-        env = dict(os.environ, ARRAY_API_TESTS_MODULE="laneflow",
+        env = dict(os.environ, ARRAY_API_TESTS_MODULE=args.module,
                    ARRAY_API_TESTS_VERSION=args.version or declared_version(), LANEFLOW_DEVICE=args.device,
                    PYTHONPATH=os.pathsep.join([str(suite), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "laneflow_device_plugin",
                "--hypothesis-seed", str(args.seed), "--max-examples", str(args.max_examples),
                *(["--hypothesis-disable-deadline"] if args.device == "gpu" else []),  # first calls compile kernels
                "--xfails-file", str(xfails), "--disable-extension", "fft", "-o", "addopts=", "-rf", *(args.pytest_args or ["array_api_tests"])]
-        print(f"+ ARRAY_API_TESTS_VERSION={env['ARRAY_API_TESTS_VERSION']}", " ".join(cmd), flush=True)
-        return subprocess.run(cmd, cwd=suite, env=env).returncode
+        junit = Path(tmp) / "junit.xml"
+        if args.times:
+            cmd[4:4] = ["--junitxml", str(junit)]
+        print(f"+ ARRAY_API_TESTS_MODULE={args.module} ARRAY_API_TESTS_VERSION={env['ARRAY_API_TESTS_VERSION']}",
+              " ".join(cmd), flush=True)
+        rc = subprocess.run(cmd, cwd=suite, env=env).returncode
+        if args.times and junit.exists():
+            print_file_times(junit, args.module)
+        return rc
+
+
+def print_file_times(junit: Path, module: str) -> None:
+    """Seconds per test file (the sum of its tests' times in pytest's junit XML), longest first."""
+    import xml.etree.ElementTree as ET
+
+    per: dict = {}
+    for case in ET.parse(junit).iter("testcase"):
+        name = case.get("classname", "").split(".")[-1]
+        per[name] = per.get(name, 0.0) + float(case.get("time") or 0.0)
+    print(f"\nseconds per test file ({module}):")
+    for name, t in sorted(per.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:50s} {t:8.2f}")
 
 
 if __name__ == "__main__":
