@@ -52,7 +52,6 @@ def main() -> None:
         for _ in range(20):
             call()
         st.synchronize()
-        host = steady = one = float("nan")
         if not a.fake:
             from laneflow.backends.cuda.kernels.misc import gpu_sleep
 

@@ -18,7 +18,7 @@ from ...ops.table import compute_in as _compute
 from . import dense, philox, prepared
 from .linalg import linalg
 # (UFUNCS and SPECIAL: the elementwise ops' numpy computations, read here by the op table's tests)
-from .prepared import COMPLEX_SPECIAL, SPECIAL, UFUNCS, _accumulator, _c, kernel, reduce  # noqa: F401
+from .prepared import COMPLEX_SPECIAL, SPECIAL, UFUNCS, _accumulator, c_contiguous, kernel, reduce  # noqa: F401
 
 # The kinds the CPU executor prepares for their operands (prepared.py, dense.py): ``kernel.prepare``.
 elementwise = kernel(prepared.elementwise, prepared.prepare_elementwise)
@@ -70,7 +70,7 @@ def slogdet(lane, prim, ins, outs):
 
 
 def logsumexp(lane, prim, ins, outs):
-    x = _c(_compute(ins[0], outs[0].dtype))
+    x = c_contiguous(_compute(ins[0], outs[0].dtype))
     m = np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf)  # over an empty axis: log(0) = -inf
     m = np.where(np.isfinite(m), m, 0)
     r = np.log(np.sum(np.exp(x - m), axis=prim.axes, keepdims=True)) + m

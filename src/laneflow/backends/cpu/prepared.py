@@ -312,7 +312,7 @@ def _moments(name, x, axes, ddof, acc):
     return var if name == "var" else np.sqrt(var)
 
 
-def _c(x):
+def c_contiguous(x):
     """``x`` C-contiguous (a copy of a strided view): numpy's summation order follows memory layout, so a
     sum of a folded transpose would otherwise depend on whether the view was folded, or on the layout a
     compiled plan gave the value (the CPU fuzz found 1-ulp differences between commands and replays)."""
@@ -320,7 +320,7 @@ def _c(x):
 
 
 def reduce(lane, prim, ins, outs):
-    x, out = _c(ins[0]), outs[0]
+    x, out = c_contiguous(ins[0]), outs[0]
     name, axes = prim.name, prim.axes
     if name == "mean" or REDUCTIONS[name].moments:
         r = _moments(name, x, axes, prim.ddof, _accumulator(out.dtype))
@@ -362,7 +362,7 @@ def _reducer(prim, x, out, scratch):
 
 
 def softmax(lane, prim, ins, outs):
-    x, out = _c(_compute(ins[0], outs[0].dtype)), outs[0]
+    x, out = c_contiguous(_compute(ins[0], outs[0].dtype)), outs[0]
     e = np.exp(x - np.max(x, axis=prim.axes, keepdims=True, initial=-np.inf))  # initial: empty axes
     np.copyto(out, e / np.sum(e, axis=prim.axes, keepdims=True), casting="unsafe")
 
