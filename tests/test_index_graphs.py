@@ -98,3 +98,41 @@ def test_setitem_at_device_indices_inside_a_graph(device, rng, strict):
             np.testing.assert_array_equal(np.asarray(f(x, i, v)), want)
     (st,) = f.stats()
     assert st["mode"] == _mode(device), st
+
+
+def test_a_compiled_call_with_device_checks_does_not_wait_for_its_graph(device, rng, strict):
+    """The per-launch copies of a graph's check slots run on the device (a kernel, eight slots a
+    launch): a compiled call returns while its graph still waits behind other work, and a failure in
+    the second copy launch's slots is still reported for its own call only."""
+    if device.type != "gpu":
+        pytest.skip("needs a GPU stream held back by a sleep kernel")
+    import time
+
+    from laneflow.backends.cuda.kernels.misc import gpu_sleep
+
+    tn = random_array(rng, (10, 4), np.float32)
+
+    def step(table, base):
+        ids = lf.arange(3, dtype=lf.int64)   # computed on the device: every take gets a check slot
+        return [lf.take(table, ids + (base if j == 9 else 0), axis=0) for j in range(10)]
+
+    f = lf.compile(step)
+    st = lf.new_stream(device, lanes=1)
+    with lf.stream(st):
+        table = lf.array(tn)
+        for _ in range(2):
+            lf.eval(*f(table, lf.array(np.int64(0)) + 0))
+        good, bad = lf.array(np.int64(1)) + 0, lf.array(np.int64(8)) + 0   # 8 + 2 = 10: out of range
+        lf.eval(good, bad)
+        st.synchronize()
+        gpu_sleep(st.lanes[0], 1.0)
+        t = time.perf_counter()
+        failed, fine = f(table, bad), f(table, good)
+        took = time.perf_counter() - t
+        assert took < 0.5, f"two compiled calls took {took:.3f} s behind a 1 s sleep: a call waited for the device"
+        with pytest.raises(lf.ExecutionError, match="index 10 is out of bounds"):
+            lf.eval(failed[9])
+        for j, got in enumerate(fine):
+            np.testing.assert_allclose(np.asarray(got), tn[np.arange(3) + (1 if j == 9 else 0)], rtol=1e-6)
+    (s,) = f.stats()
+    assert s["mode"] == _mode(device), s

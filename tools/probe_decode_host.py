@@ -6,7 +6,8 @@ Three figures per batch size: the host's time per call with the GPU held back (a
 lane, so no call waits for the device: the compiled call's own host cost), the steady-state time per
 call (calls back to back, one synchronisation at the end: max(host, device) when they overlap), and
 the device time of one call (events around a single replay). When the steady state is near the host
-time, the step is host-bound. ``--fake`` runs on the fake driver (host cost only).
+time, the step is host-bound. ``--profile`` shows where the held-back calls spend it (a call that waits
+for the device shows as a wait there). ``--fake`` runs on the fake driver (host cost only).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=4)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--fake", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile the held-back calls (top 25 by own time)")
     a = ap.parse_args()
     if a.fake:
         import fake_driver
@@ -56,10 +58,21 @@ def main() -> None:
             from laneflow.backends.cuda.kernels.misc import gpu_sleep
 
             gpu_sleep(st.lanes[0], 2.0)  # the GPU waits: every call below is host time alone
+        prof = None
+        if a.profile:
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
         t = time.perf_counter()
         for _ in range(a.calls):
             call()
         host = (time.perf_counter() - t) / a.calls * 1e6
+        if prof is not None:
+            import pstats
+
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         st.synchronize()
         t = time.perf_counter()
         for _ in range(a.calls):
