@@ -44,6 +44,9 @@ class Case:
     item_name: str = ""
     rtol: float | None = None  # tolerance relative to max |reference|; default from dtype
     params: dict[str, Any] = field(default_factory=dict)
+    #: a case's own floor for a sample's length (seconds; the run's ``min_sample_s`` when larger):
+    #: a decode step is timed over a loop of steps, as generation runs them
+    min_sample_s: float = 0.0
 
     def tolerance_scale(self) -> float:
         if self.rtol is not None:

@@ -111,7 +111,8 @@ class Context:
                 results.append(impl)
                 continue
             self.progress.step(f"{case.name}: {impl.name}")
-            results.append(run_impl(case, impl, self.repeat, self.warmup, self.min_sample_s, self.floors))
+            results.append(run_impl(case, impl, self.repeat, self.warmup, max(self.min_sample_s, case.min_sample_s),
+                                    self.floors))
             self.progress.done()
         return results
 

@@ -7,7 +7,9 @@ cache of 64 filled to 32; ``--quick`` the tiny test model, a cache of 16 filled 
 **step** (per-token latency): every implementation fills its caches with the first ``POS`` tokens of
 seeded ids, then each timed run is one decode step at position ``POS`` (the token at ``POS``, the
 same each run: it rewrites the same cache row) returning the logits (B, vocab), checked against the
-float32 numpy forward over the ``POS + 1`` tokens. laneflow rows: eager (each step one ``lf.eval``,
+float32 numpy forward over the ``POS + 1`` tokens. A sample is a loop of steps lasting at least 20 ms
+(``STEP_SAMPLE_FACTOR``), timed with device events like every GPU row: the per-token time of a
+generation loop. laneflow rows: eager (each step one ``lf.eval``,
 plan cache hits), compiled with the caches donated (``lf.compile(step, donate_argnums=...)``: one
 CUDA graph launch per token, caches updated in place), each with plain-op attention (its masked
 softmax one row program) and with ``lf.nn.scaled_dot_product_attention`` ("lf.nn"). Peers: PyTorch
@@ -36,6 +38,10 @@ from .gpt2 import CPU_CONFIG
 
 #: Requests decoded together in the "requests" case (the issue's target: 4 concurrent B=1 requests).
 N_REQUESTS = 4
+#: A step sample lasts this many times the run's ``min_sample_s`` (20 ms at full size, ~25 GPT-2 steps):
+#: steps run back to back, as in a generation loop, so a row is per-token time in such a loop for
+#: every implementation alike, not one step's host time plus its device time.
+STEP_SAMPLE_FACTOR = 10
 #: Tokens of the greedy check against transformers' ``generate``.
 CHECK_TOKENS = 8
 
@@ -98,7 +104,8 @@ def _step_case(ctx, cfg, weights: dict, B: int, S: int, POS: int, dt) -> list:
     case = Case("decode", f"{_what(cfg)} decode step, B={B}, cache {S} filled to {POS}, {dt.name}",
                 {"ids": ids}, ref, bytes=wbytes + cache_bytes + ref.size * dt.itemsize,
                 flops=cfg.matmul_flops(B, 1), dtype=dt,
-                params={"config": cfg, "weights": weights, "B": B, "S": S, "POS": POS})
+                params={"config": cfg, "weights": weights, "B": B, "S": S, "POS": POS},
+                min_sample_s=STEP_SAMPLE_FACTOR * ctx.min_sample_s)
     rows = []
     why = lfi.unavailable(ctx.device)
     if why is None:
