@@ -22,6 +22,8 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/env.txt" 2>&1
 python3 -c "import sys, numpy, cuda.bindings, nvmath; print(sys.version.split()[0], 'numpy', numpy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'nvmath', nvmath.__version__)" >>"$OUT/env.txt" 2>&1
 
+# A test that blocks in a driver call past 120 s (a hang) ends its part with every thread's stack in the
+# part's log (pytest-timeout's thread method; the signal method cannot interrupt a blocked C call).
 # PARTS pytest processes side by side (default 3; the suite is bound by NVRTC compiles on the host, 16
 # cores there): the test files are dealt out by size, largest first, each to the part with the least so far.
 PARTS=${PARTS:-3}
@@ -44,7 +46,7 @@ fi
 part=0
 while read -r files; do
   part=$((part + 1))
-  timeout ${PART_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider $files --timeout=120 --tb=short --durations=5 \
+  timeout ${PART_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider $files --timeout=120 --timeout-method=thread --tb=short --durations=5 \
     >"$OUT/pytest-$part.log" 2>&1 &
   eval "P_$part=$!"
 done <"$OUT/parts.txt"
