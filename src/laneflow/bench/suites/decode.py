@@ -9,7 +9,8 @@ seeded ids, then each timed run is one decode step at position ``POS`` (the toke
 same each run: it rewrites the same cache row) returning the logits (B, vocab), checked against the
 float32 numpy forward over the ``POS + 1`` tokens. A sample is a loop of steps lasting at least 20 ms
 (``STEP_SAMPLE_FACTOR``), timed with device events like every GPU row: the per-token time of a
-generation loop. laneflow rows: eager (each step one ``lf.eval``,
+generation loop; the row "each step waited for" synchronises after every step, so it shows one
+step's host and device time (a latency no loop hides). laneflow rows: eager (each step one ``lf.eval``,
 plan cache hits), compiled with the caches donated (``lf.compile(step, donate_argnums=...)``: one
 CUDA graph launch per token, caches updated in place), each with plain-op attention (its masked
 softmax one row program) and with ``lf.nn.scaled_dot_product_attention`` ("lf.nn"). Peers: PyTorch
@@ -116,6 +117,9 @@ def _step_case(ctx, cfg, weights: dict, B: int, S: int, POS: int, dt) -> list:
                 # one lane: a decode step is a chain; its graph then has no cross-branch edges
                 rows.append(lfi.guard(case, f"{tag} compiled, caches donated", 1,
                                       lambda: _laneflow_step(case, ctx, True, fused, 1)))
+                # the honest counterpart of the back-to-back loop: each step's host time included
+                rows.append(lfi.guard(case, f"{tag} compiled, each step waited for", 1,
+                                      lambda: _laneflow_step(case, ctx, True, fused, 1, wait=True)))
             rows.append(lfi.guard(case, f"{tag} compiled, caches donated", ctx.lanes,
                                   lambda fused=fused: _laneflow_step(case, ctx, True, fused, ctx.lanes)))
     return ctx.run_case(case, "decode", rows)
@@ -131,7 +135,7 @@ def _prepare(ctx, cfg, weights: dict, ids: np.ndarray, S: int, stream):
     return params, cache
 
 
-def _laneflow_step(case: Case, ctx, compiled: bool, fused: bool, lanes: int) -> Impl:
+def _laneflow_step(case: Case, ctx, compiled: bool, fused: bool, lanes: int, wait: bool = False) -> Impl:
     cfg, B, S, POS = (case.params[k] for k in ("config", "B", "S", "POS"))
     ids = case.inputs["ids"]
     stream = lf.new_stream(ctx.device, lanes=lanes)
@@ -150,11 +154,16 @@ def _laneflow_step(case: Case, ctx, compiled: bool, fused: bool, lanes: int) -> 
             logits, state["cache"] = f(params, tok, pos, state["cache"])
         if not compiled:
             lf.eval(logits, *[a for kv in state["cache"] for a in kv])
+        if wait:
+            stream.synchronize()
         return logits
 
     label = ("laneflow lf.nn" if fused else "laneflow") + (" compiled, caches donated" if compiled else " eager")
+    if wait:
+        label = label.replace("caches donated", "each step waited for")
     impl = lfi.eager(case, ctx.device, run, [], lanes, label=label, stream=stream, report_cache=False,
-                     note="one lf.compile'd step per token; the caches donated" if compiled else
+                     note=("one lf.compile'd step, then a host wait: one step's host and device time"
+                           if wait else "one lf.compile'd step per token; the caches donated") if compiled else
                      "one lf.eval per token (plan cache hits)")
     if compiled:
         convert = impl.to_host
