@@ -75,6 +75,7 @@ def _flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
 # Module-level recursion, not nested closures: a recursive closure is a reference cycle, which would
 # keep every leaf (a call's outputs, say) alive until the garbage collector runs.
 _LEAF = ("leaf",)
+_ALL_LEAVES: dict = {}  # (dict, keys) or (list/tuple, length) -> the structure of a container of arrays alone
 
 
 def _is_array(x: Any) -> bool:
@@ -85,6 +86,23 @@ def _walk(x: Any, is_leaf: Callable[[Any], bool], leaves: list) -> Any:
     if is_leaf(x):
         leaves.append(x)
         return _LEAF
+    cls = x.__class__
+    if is_leaf is _is_array and (cls is dict or cls is list or cls is tuple):
+        # the common containers of arrays alone (a model's weights, a KV cache): the structure this
+        # function would build, remembered per keys or length (a decode step passes ~150 weights)
+        vals = x.values() if cls is dict else x
+        for v in vals:
+            if v.__class__ is not Array:
+                break
+        else:
+            key = (cls, tuple(x)) if cls is dict else (cls, len(x))
+            tdef = _ALL_LEAVES.get(key)
+            if tdef is None:
+                tdef = (dict, tuple((k, _LEAF) for k in x)) if cls is dict else (cls, (_LEAF,) * len(x))
+                if len(_ALL_LEAVES) < 1024:
+                    _ALL_LEAVES[key] = tdef
+            leaves.extend(vals)
+            return tdef
     if isinstance(x, (list, tuple)):
         parts = []
         for v in x:  # a loop, not a generator: calls pass tens of arrays
@@ -227,7 +245,7 @@ class CompiledFunction:
                 k += n
             given = self._given[treedef] = tuple(given)
         ids = {id(leaves[i]) for i in given}
-        if len(ids) != len(given) or sum(id(a) in ids for a in leaves) != len(given):
+        if len(ids) != len(given) or sum(map(ids.__contains__, map(id, leaves))) != len(given):
             raise ValueError(f"compile: {self.__name__}: a donated array is passed twice; donate it once and pass "
                              "no other reference to it")
         datas = [a._data for a in leaves]
@@ -236,7 +254,8 @@ class CompiledFunction:
             pending = [d for d in datas if d.buffer is None]
             if pending:
                 eval_cache.schedule(pending)
-            donated = frozenset(i for i in given if i in plan.inplace.values() and _donatable(datas[i]))
+            targets = plan.donation_targets
+            donated = frozenset(i for i in given if i in targets and _donatable(datas[i]))
         out = _replay(plan, datas, stream, True, donated)
         name = self.__name__
         for i in given:  # the given Arrays let go of their values, whatever happened to them

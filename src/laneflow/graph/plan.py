@@ -64,13 +64,14 @@ class Plan:
     """The steps of one traced signature, and the static memory of its intermediates."""
 
     __slots__ = ("steps", "deps", "outputs", "treedef", "n_slots", "memory", "arena", "calls", "unit",
-                 "unit_note", "lazy", "inplace", "donate")
+                 "unit_note", "lazy", "inplace", "donate", "donation_targets")
 
     def __init__(self, steps: list[Step], outputs: list, treedef: Any, n_slots: int, memory, deps,
                  inplace: dict | None = None, donate: tuple = ()):
         self.steps, self.outputs, self.n_slots, self.treedef = steps, outputs, n_slots, treedef
         #: slot -> donated argument whose buffer that slot's step writes in place (when the call donates it)
         self.inplace = inplace or {}
+        self.donation_targets = frozenset(self.inplace.values())  # the arguments some step writes in place
         self.donate = donate  # the donated arguments (positions among the plan's arguments)
         # (slot, shape, dtype, stream, device) per output when every output is a distinct computed
         # value (a graph call then makes them in one tight loop), else None

@@ -146,12 +146,15 @@ class Command:
     def run(self, lane: "Lane") -> None:
         err = None
         inherited = None
+        seen = None
         for b in self.reads:
             if b.error is not None:
                 err = b.error
                 break
-            if b.checks is not None:  # pending device-side checks pass on to what is computed from it
-                inherited = _merge(inherited, b.checks)
+            cs = b.checks
+            if cs is not None and cs is not seen:  # pending device-side checks pass on to what is computed from it
+                inherited = _merge(inherited, cs)
+                seen = cs  # buffers written together share one tuple (a call's outputs): merged once
         else:
             found = lane.checks = []
             try:
