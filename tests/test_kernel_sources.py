@@ -506,3 +506,16 @@ def test_norm_kernels_compile(tpr):
     for op, vpl in (("layer_norm", 4), ("rms_norm", 0), ("layer_norm", 32)):
         _compile(*N._build(op, lf.bfloat16, lf.bfloat16, lf.bfloat16 if op == "layer_norm" else None, lf.bfloat16,
                            tpr, vpl)[:2])
+
+
+def test_check_slot_kernels_compile():
+    """The kernels of check slots inside CUDA graphs: zeroing a slot before an index kernel, and the
+    per-launch copy of a graph's slots (eight a launch, a count and sixteen pointers)."""
+    from laneflow.backends.cuda import checks
+    from laneflow.backends.cuda.cudagraph import checks as graph_checks
+
+    for make in (checks._zero_kernel, graph_checks._copy_kernel):
+        src, name, params = make()
+        signature = src[src.index(name) + len(name) + 1:src.index(")")]
+        assert signature.count(",") + 1 == len(params), (name, params, signature)  # the launch packs what it takes
+        _compile(src, name)
