@@ -84,7 +84,10 @@ def test_donated_lists_of_arrays_and_bad_arguments(device):
             np.testing.assert_array_equal(np.asarray(c), 7.0)
         c = lf.zeros((5, 2))
         with pytest.raises(ValueError, match="donated array is passed twice"):
-            f([c, c], lf.array(np.int32(0)))
+            f([c, c], lf.array(np.int32(0)))   # a new structure: checked before it is traced
+        with pytest.raises(ValueError, match="donated array is passed twice"):
+            f([c, lf.zeros((5, 2)), c], lf.array(np.int32(0)))   # the traced structure: checked as well
+        np.testing.assert_array_equal(np.asarray(c), 0.0)  # nothing was donated or written
     with pytest.raises(TypeError, match="donate_argnums"):
         lf.compile(step, donate_argnums=(-1,))
     with pytest.raises(TypeError, match="donate_argnums"):

@@ -23,6 +23,7 @@ so every traced shape is static.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Callable
 
 import numpy as np
@@ -75,6 +76,7 @@ def _flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
 # Module-level recursion, not nested closures: a recursive closure is a reference cycle, which would
 # keep every leaf (a call's outputs, say) alive until the garbage collector runs.
 _LEAF = ("leaf",)
+_DATA = operator.attrgetter("_data")
 _ALL_LEAVES: dict = {}  # (dict, keys) or (list/tuple, length) -> the structure of a container of arrays alone
 
 
@@ -164,7 +166,6 @@ class CompiledFunction:
     def __init__(self, fn: Callable, donate_argnums: tuple = ()):
         self.fn = fn
         self.donate_argnums = donate_argnums
-        self._given: dict = {}  # argument structure -> leaf positions of the donated arguments
         self._plans: dict = {}
         self._flat: dict = {}  # number of positional arrays -> the structure of (args, {})
         self._last: tuple | None = None  # (stream, argument values, plan) of the last call
@@ -215,9 +216,10 @@ class CompiledFunction:
         self._last = (stream, datas, plan) if simple else None
         return out
 
-    def _plan(self, stream: Any, leaves: list, treedef: Any, datas: list, donate: tuple = ()) -> Plan:
+    def _plan(self, stream: Any, leaves: list, treedef: Any, datas: list,
+              donate_of: Callable[[], tuple] | None = None) -> Plan:
         """The plan of this signature (argument structure, shapes, dtypes, devices, stream), traced now
-        if it is new."""
+        if it is new (``donate_of()``: the donated leaf positions, asked only then)."""
         dev = stream.device  # the stream id is in the key, so None can stand for its device (cheaper to hash)
         key = (treedef, stream.id,
                tuple([(d.shape, d.dtype, None if d.device is dev or d.device == dev else d.device) for d in datas]))
@@ -227,7 +229,7 @@ class CompiledFunction:
             raise CompileError(f"compile: {self.__name__}: non-array arguments must be hashable (they are "
                                "static: a new value traces again)") from None
         if plan is None:
-            plan = self._plans[key] = self._trace(leaves, treedef, donate)
+            plan = self._plans[key] = self._trace(leaves, treedef, donate_of() if donate_of is not None else ())
         return plan
 
     def _call_donating(self, args: tuple, kwargs: dict) -> Any:
@@ -235,21 +237,21 @@ class CompiledFunction:
         them do (``graph/plan.py: donation``), and the given Arrays are unusable afterwards."""
         stream = current_stream()
         leaves, treedef = _flatten((args, kwargs), _is_array)
-        given = self._given.get(treedef)  # leaf positions of the donated arguments, per structure
-        if given is None:
+        datas = list(map(_DATA, leaves))
+
+        def given_of() -> tuple:  # a new signature: the donated leaf positions, checked before tracing
             given, k = [], 0
             for j, a in enumerate(args):
                 n = len(_flatten(a, _is_array)[0])
                 if j in self.donate_argnums:
                     given.extend(range(k, k + n))
                 k += n
-            given = self._given[treedef] = tuple(given)
-        ids = {id(leaves[i]) for i in given}
-        if len(ids) != len(given) or sum(map(ids.__contains__, map(id, leaves))) != len(given):
-            raise ValueError(f"compile: {self.__name__}: a donated array is passed twice; donate it once and pass "
-                             "no other reference to it")
-        datas = [a._data for a in leaves]
-        plan = self._plan(stream, leaves, treedef, datas, given)
+            self._check_donated(leaves, given)
+            return tuple(given)
+
+        plan = self._plan(stream, leaves, treedef, datas, given_of)
+        given = plan.donate  # (the plan of a structure knows its donated positions: no second lookup)
+        self._check_donated(leaves, given)
         with _sched.LOCK:
             pending = [d for d in datas if d.buffer is None]
             if pending:
@@ -263,6 +265,12 @@ class CompiledFunction:
             old, a._data = a._data, _Donated(name)
             old.arrays -= 1
         return out
+
+    def _check_donated(self, leaves: list, given) -> None:
+        ids = {id(leaves[i]) for i in given}
+        if len(ids) != len(given) or sum(map(ids.__contains__, map(id, leaves))) != len(given):
+            raise ValueError(f"compile: {self.__name__}: a donated array is passed twice; donate it once and pass "
+                             "no other reference to it")
 
     def _trace(self, leaves: list, treedef: Any, donate: tuple = ()) -> Plan:
         name = getattr(self.fn, "__name__", "function")

@@ -50,6 +50,7 @@ class GraphPlan:
         # integer powers): a call passing such a value with a host copy runs as commands, so it raises
         # exactly as eager does; the graph has no host to check with.
         self.host_checked = host_checks(steps)
+        self._host_passed: dict = {}  # argument position -> the host copy that last passed its check
         self.consts = []  # captured values the graph reads: ordered after their (one-time) writers
         for step in steps:
             for kind, v in step.srcs:
@@ -155,11 +156,14 @@ class GraphPlan:
             pre = self._donations(datas, bufs, donated)
             if pre is None:
                 return None
+        passed = self._host_passed
         for i, ok in self.host_checked:
             h = bufs[i].data.host
-            if h is not None and not ok(h):  # as eager mode raises it: this call runs as commands
-                self.host_calls += 1
-                return None
+            if h is not None and h is not passed.get(i):
+                if not ok(h):  # as eager mode raises it: this call runs as commands
+                    self.host_calls += 1
+                    return None
+                passed[i] = h  # host copies never change (a write makes a new one): checked once
         args = self.args
         if not args.specs and datas:
             args.first(bufs, datas, self.device)
