@@ -148,8 +148,9 @@ def test_decode_suite_checks_every_row_against_the_full_forward():
     names = [r.impl for r in results]
     assert names.count("laneflow compiled, caches donated") == 4 and "laneflow compiled, one padded batch" in names  # 1 lane and 2, B=1 and 8
     assert names.count("laneflow compiled, each step waited for") == 2  # the latency row, B=1 and 8
+    assert names.count("laneflow compiled, weights captured") == 2
     case = next(r for r in results if r.impl == "laneflow compiled, each step waited for")
     assert case.times, case  # timed like every row (a loop of steps; each waits for the device here)
     assert all(r.status == "ok" and r.matches for r in results), [(r.impl, r.status, r.error) for r in results]
     assert all(r.extra["compiled"]["mode"] == "one command" for r in results
-               if "caches donated" in r.impl or "waited for" in r.impl)
+               if "caches donated" in r.impl or "waited for" in r.impl or "captured" in r.impl)

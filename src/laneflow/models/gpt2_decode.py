@@ -126,9 +126,10 @@ def generate(params: Mapping[str, Any], cfg: GPT2Config, prompts: list, max_new:
     of the right-padded batch, then one compiled decode step per token (caches donated, each row at its
     own position). ``temperature`` 0 is greedy; else :func:`~laneflow.models.sampling.sample` with
     ``top_k`` / ``top_p`` and keys from ``lf.random.key(seed)``. ``on_token(k)`` is called after the
-    k-th new token of every row (progress). ``fused``: attention through ``lf.nn`` (the plain ops'
-    masked softmax is one row program; on the H200 their decode step measured 1.26 ms against 2.11 ms
-    for the lf.nn one at B=1, ``bench decode``). Runs on the current stream's device."""
+    k-th new token of every row (progress). ``fused``: attention through ``lf.nn`` instead of the plain
+    ops' masked softmax (one row program); ``bench decode`` times both. The compiled step closes over
+    ``params`` (constants of its graph: a call binds only the caches, the tokens and the positions).
+    Runs on the current stream's device."""
     from .. import compile as lf_compile
     from .. import random as lf_random
     from .sampling import sample
@@ -145,7 +146,7 @@ def generate(params: Mapping[str, Any], cfg: GPT2Config, prompts: list, max_new:
         ids[r, :len(p)] = p
     cache = init_cache(cfg, len(prompts), S, dtype=dtype)
     logits, cache = prefill(params, lf_ops.array(ids), cfg, cache)
-    step = lf_compile(lambda p, t, pos, c: decode_step(p, t, pos, cfg, c, fused=fused), donate_argnums=(3,))
+    step = lf_compile(lambda t, pos, c: decode_step(params, t, pos, cfg, c, fused=fused), donate_argnums=(2,))
     keys = lf_random.split(lf_random.key(seed), max_new) if temperature > 0 else None
     out = [list(p) for p in prompts]
     cur = lf_ops.stack([logits[r, n - 1] for r, n in enumerate(lens)])
@@ -158,6 +159,6 @@ def generate(params: Mapping[str, Any], cfg: GPT2Config, prompts: list, max_new:
         if on_token is not None:
             on_token(k + 1)
         if k + 1 < max_new:
-            cur, cache = step(params, lf_ops.array(nxt), lf_ops.array(pos), cache)
+            cur, cache = step(lf_ops.array(nxt), lf_ops.array(pos), cache)
             pos += 1
     return out
