@@ -1,6 +1,6 @@
 """Host time against device time of one compiled GPT-2 decode step (bench decode's, bf16, cache 256).
 
-    python tools/probe_decode_host.py [--batch 1] [--lanes 4] [--calls 200]
+    python tools/probe_decode_host.py [--batch 1] [--lanes 4] [--calls 200] [--captured] [--profile] [--fake]
 
 Three figures per batch size: the host's time per call with the GPU held back (a sleep kernel on the
 lane, so no call waits for the device: the compiled call's own host cost), the steady-state time per
@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=4)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--fake", action="store_true")
+    ap.add_argument("--captured", action="store_true", help="the weights closed over (graph constants), as "
+                    "gpt2_decode.generate compiles its step")
     ap.add_argument("--profile", action="store_true", help="cProfile the held-back calls (top 25 by own time)")
     a = ap.parse_args()
     if a.fake:
@@ -49,7 +51,11 @@ def main() -> None:
             cache = dec.init_cache(cfg, B, 256, dtype=lf.bfloat16)
             tok, pos = lf.array(np.arange(B, dtype=np.int32)), lf.array(np.int32(128))
             lf.eval(list(params.values()), *[x for kv in cache for x in kv], tok, pos)
-        f = lf.compile(lambda p, t, q, c: dec.decode_step(p, t, q, cfg, c), donate_argnums=(3,))
+        if a.captured:
+            g = lf.compile(lambda t, q, c: dec.decode_step(params, t, q, cfg, c), donate_argnums=(2,))
+            f = lambda p, t, q, c: g(t, q, c)  # noqa: E731
+        else:
+            f = lf.compile(lambda p, t, q, c: dec.decode_step(p, t, q, cfg, c), donate_argnums=(3,))
         state = {"c": cache}
 
         def call():
