@@ -26,6 +26,7 @@ way, except that a matmul on a transposed operand may pick another cuBLASLt algo
 
 from __future__ import annotations
 
+import functools
 import os
 
 from ..ops import table
@@ -70,25 +71,12 @@ class Strided(Primitive):
 
 # -- view algebra (pure: shapes, element strides and offsets) -------------------------------------
 
+@functools.lru_cache(maxsize=4096)
 def reshape_view(shape: tuple, strides: tuple, new: tuple) -> tuple | None:
     """Strides of a view of (shape, strides) reshaped to ``new`` without a copy, or None when the
     reshape must copy (numpy's rule: every group of old dims that maps onto a group of new dims is
     contiguous within itself). Remembered per arguments: a model's forward asks the same few
     questions at every uncached eval (the largest part of the views pass there)."""
-    key = (shape, strides, new)
-    got = _RESHAPES.get(key, _MISSING)
-    if got is _MISSING:
-        got = _reshape_view(shape, strides, new)
-        if len(_RESHAPES) < 4096:
-            _RESHAPES[key] = got
-    return got
-
-
-_RESHAPES: dict = {}
-_MISSING = object()
-
-
-def _reshape_view(shape: tuple, strides: tuple, new: tuple) -> tuple | None:
     if 0 in shape:
         return None
     old = [(s, st) for s, st in zip(shape, strides) if s != 1]

@@ -46,9 +46,8 @@ class CheckSlots:
         self._pages: list = []           # (host address, device address, words view) per page
         self.scratch = None
 
-    def take(self, zero: bool = True) -> int:
-        """A zeroed slot (index into the pages); ``zero=False``: its words are left as they are, for a
-        slot the device overwrites whole before anyone reads it (a graph slot's per-launch copy)."""
+    def take(self) -> int:
+        """A zeroed slot (index into the pages)."""
         with self._lock:
             if not self._free and self._retiring:
                 retiring, self._retiring = self._retiring, []  # a give_back from GC meanwhile lands in the new list
@@ -60,8 +59,7 @@ class CheckSlots:
             if not self._free:
                 self._new_page()
             slot = self._free.pop()
-        if zero:
-            self.words(slot)[:] = 0
+        self.words(slot)[:] = 0
         return slot
 
     def give_back(self, slot: int, lane, seq: int) -> None:

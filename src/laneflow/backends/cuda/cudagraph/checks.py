@@ -40,7 +40,7 @@ def launch_checks(lane, checks: list) -> None:
     kern = lane.ctx.modules.get(("copy slots", SLOT_WORDS, _PAIRS), _copy_kernel)
     for i in range(0, len(checks), _PAIRS):
         part = checks[i:i + _PAIRS]
-        fresh = [slots.take(zero=False) for _ in part]  # the kernel writes every word of each
+        fresh = [slots.take() for _ in part]
         dst = [slots.device_ptr(f) for f in fresh]
         src = [slots.device_ptr(slot) for slot, _ in part]
         pad = [0] * (_PAIRS - len(part))
