@@ -48,6 +48,7 @@ def _timed_spins(lanes: int, cycles: int) -> float:
     return time.perf_counter() - t
 
 
+@pytest.mark.alone
 def test_two_spinning_commands_overlap_on_two_lanes_and_serialise_on_one():
     cycles = 4_000_000  # about 2 ms at H200 clocks
     one = _timed_spins(1, cycles)

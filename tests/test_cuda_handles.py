@@ -444,6 +444,7 @@ extern "C" __global__ void spin(long long* out, long long cycles) {
 
 @gpu
 @pytest.mark.parametrize("policy", ["device", "stream"])
+@pytest.mark.alone
 def test_gpu_a_shared_cusolver_handle_moving_lanes_waits_on_the_device_for_the_previous_lane(policy):
     """Lane 0 is busy (a kernel spinning ~0.2 s) after it used the cuSOLVER handle. Under the device
     policy lane 1 takes the same handle over, so its work waits for lane 0 on the GPU (the host does not

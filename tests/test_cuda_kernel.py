@@ -169,6 +169,7 @@ def _timed(spin, stream, count: int, cycles: int) -> float:
 
 
 @gpu
+@pytest.mark.alone
 def test_two_spinning_custom_kernels_overlap_on_two_lanes_and_serialise_on_one():
     """Each kernel busy-waits about 2 ms of SM clocks. On two lanes of one stream the pair takes under
     1.5x one kernel; on one lane about 2x. Up to three attempts (clocks ramp, machines are shared);

@@ -355,6 +355,46 @@ def test_programs_mixing_cpu_and_gpu_streams_with_delays_never_hang_on_the_model
     assert p.stdout.strip().splitlines()[-1] == "hangs 0 programs 60", p.stdout[-6000:]
 
 
+_MODULE_LOAD = r"""
+import os, sys
+os.environ["RACE_HANG_S"] = "2"
+sys.path.insert(0, sys.argv[1])
+import race_cuda as R
+R.install(execute_streams=True)
+import numpy as np
+import laneflow as lf
+from laneflow.defaults import backend_for
+
+a = np.arange(4096, dtype=np.float32)
+gpu = lf.new_stream(lf.gpu, lanes=2)
+cpu = lf.new_stream(lf.cpu, lanes=1)
+lf.eval(lf.add(lf.array(a, stream=gpu), 1.0, stream=gpu))
+backend_for(lf.gpu).context(0).modules._kernels.clear()   # the in-place write's kernel: a module load
+try:
+    with lf.testing.inject_delays(fixed=0.05):
+        x = lf.add(lf.array(a, stream=gpu), 1.0, stream=gpu)
+        on_cpu = lf.multiply(x, 1.0, stream=cpu)   # the CPU lane copies x to the host (delayed)
+        lf.async_eval(on_cpu)
+        x[0:100] = 0.0                             # waits for that copy, then loads its kernel
+        lf.eval(x, on_cpu)
+except lf.LaneflowError as e:
+    print("raised", type(e).__name__, str(e)[:300])
+print(R.hangs[0][:3000] if R.hangs else "no hang")
+print("hangs", len(R.hangs))
+"""
+
+
+def test_a_module_load_while_a_stream_waits_for_a_cpu_lane_copying_from_the_gpu_does_not_hang(tmp_path):
+    """The H200 suite's hang at 89cadf0 and be5c7ac (test_cuda_backend's write after a CPU read): a GPU
+    write must wait for a CPU lane's copy of its buffer to the host, and its kernel is loaded right
+    after. Had the stream waited on the device (a word the CPU lane's helper writes), the load would
+    wait for that stream while holding the lock the CPU lane's cuMemcpyDtoH needs. The encoder waits on
+    the host for a CPU lane whose work calls the driver (``ThreadLane.driver_seq``)."""
+    p = run_under_fake_driver(_MODULE_LOAD, tmp_path, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    assert p.stdout.strip().splitlines()[-1] == "hangs 0", p.stdout[-6000:]
+
+
 _NEVER_ENQUEUED = r"""
 import ctypes, sys, threading, time
 sys.path.insert(0, sys.argv[1])

@@ -100,6 +100,7 @@ def test_setitem_at_device_indices_inside_a_graph(device, rng, strict):
     assert st["mode"] == _mode(device), st
 
 
+@pytest.mark.alone
 def test_a_compiled_call_with_device_checks_does_not_wait_for_its_graph(device, rng, strict):
     """The per-launch copies of a graph's check slots run on the device (a kernel, eight slots a
     launch): a compiled call returns while its graph still waits behind other work, and a failure in

@@ -436,12 +436,34 @@ FAKES.update({
 })
 
 
+# Loading a module synchronises the context: the driver waits for every stream while holding a lock
+# that a synchronous copy to the host (a CPU lane's ``cuMemcpyDtoH``) also takes. What the H200 showed
+# on 2026-12-04: the main thread in cuModuleLoadData, a CPU lane in cuMemcpyDtoH, a stream parked on
+# that CPU lane's word (``backends/cuda/hostsync.py``).
+_driver_lock = threading.RLock()
+
+
+def x_module_load(image):
+    with _driver_lock:
+        if not _block_until(lambda: not any(_queue.values()), "cuModuleLoadData (synchronises the context)"):
+            return (_TIMEOUT, None)
+        return _module_load(image)
+
+
+def x_dtoh(dst, src, n):
+    with _driver_lock:
+        return dtoh(dst, src, n)
+
+
+_module_load = FAKES["cuModuleLoadData"]
+
+
 def install(execute_streams: bool = False):
     """``execute_streams``: model the device's progress too (blocking waits block; hangs are reported)."""
     if execute_streams:
         FAKES.update({"cuEventRecord": x_record, "cuStreamWaitEvent": x_wait_event, "cuStreamWaitValue64": x_wait_value,
                       "cuEventQuery": x_query, "cuEventSynchronize": x_sync, "cuStreamSynchronize": x_stream_sync,
-                      "cuCtxSynchronize": x_ctx_sync})
+                      "cuCtxSynchronize": x_ctx_sync, "cuModuleLoadData": x_module_load, "cuMemcpyDtoH": x_dtoh})
     fake_cuda.install()
     from laneflow.runtime import lane as L
     from laneflow.backends.cuda.cudagraph import executor as G

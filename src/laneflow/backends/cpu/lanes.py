@@ -31,9 +31,15 @@ class ThreadLane(Lane):
     lane's before it has finished.
     """
 
+    #: The last command that may call the GPU driver: it reads device memory (a copy to the host), or
+    #: it follows a wait on a GPU lane (the worker waits in the driver) or on a CPU lane that may. A GPU
+    #: stream never waits on the device for such a command (``backends/cuda/hostsync.py`` says why).
+    driver_seq = 0
+
     def __init__(self, device, stream_id: int, index: int):
         super().__init__(device, stream_id, index)
         self.fence = ThreadFence()
+        self._driver_wait = False  # a wait that may call the driver is queued: the next command inherits it
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         # Items given to the lane (queued or deferred; only submitting threads, under the scheduling
         # lock, write it), and those finished by the worker (only it writes) and inline (only the
@@ -62,6 +68,14 @@ class ThreadLane(Lane):
         self._queue.put(item)
 
     def _enqueue(self, cmd: Command) -> None:
+        if self._driver_wait:
+            self._driver_wait = False
+            self.driver_seq = cmd.seq
+        elif cmd.prim is not None:  # a kernel: does it read another device's memory (a copy)?
+            for b in cmd.reads:
+                if b.device.type != "cpu":
+                    self.driver_seq = cmd.seq
+                    break
         if cmd.inline:
             collect = CALLER.collect
             if (collect is not None and self._deferred is None
@@ -74,7 +88,10 @@ class ThreadLane(Lane):
         self._put(cmd)
 
     def _enqueue_wait(self, point: Point) -> None:
-        point.lane.fence.pin(point.seq)  # the worker waits later: the point must not grow by then
+        other = point.lane
+        other.fence.pin(point.seq)  # the worker waits later: the point must not grow by then
+        if other.__class__ is not ThreadLane or other.driver_seq > other.fence.value:
+            self._driver_wait = True
         self._put(point)
 
     def close(self) -> None:

@@ -6,6 +6,15 @@ GPU's front end, no SM is used) and a helper thread, parked on the CPU fence's c
 writes the word once the CPU lane has passed the point. Helper threads are pooled; one is started
 only when none is idle, so waits never queue behind each other (which could deadlock).
 On a device without 64-bit stream memory operations the encoder waits on the host instead.
+
+The encoder also waits on the host when the CPU lane's work up to the point may call the driver (a
+copy from device memory, a wait for a GPU lane: ``ThreadLane.driver_seq``). A stream parked on a host
+word is, to the driver, a kernel that has not finished, and some driver calls synchronise the whole
+context: loading a module (``cuModuleLoadData``; libraries load their kernels lazily on first use)
+waits for every stream while holding a lock that the CPU lane's ``cuMemcpyDtoH`` then waits for, and
+the word is never written. The H200 suite hung this way (2026-12-04: the main thread in
+``cuModuleLoadData``, a CPU lane in ``cuMemcpyDtoH``, the helper parked on the CPU fence). A CPU lane
+doing only host work always reaches its point, so a device-side wait for it is safe.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ class HostSignals:
 
     def gpu_wait(self, stream: Any, point: Any) -> None:
         lane, seq = point.lane, point.seq
-        if not self.ctx.stream_mem_ops:
+        if not self.ctx.stream_mem_ops or getattr(lane, "driver_seq", 0) > lane.fence.value:
             lane.host_wait(seq)
             return
         view, i, addr = self._slot(lane)
