@@ -10,7 +10,7 @@ import pytest
 
 import laneflow as lf
 from laneflow.bench.floors import Floors
-from laneflow.bench.harness import Case, Impl, Spread, measure, run_impl
+from laneflow.bench.harness import Case, Impl, Spread, measure, run_impl, run_interleaved
 from laneflow.bench.report import print_results, write_json
 from laneflow.bench.runner import Context
 
@@ -72,6 +72,45 @@ def test_run_impl_records_errors_and_keeps_going():
         raise RuntimeError("kernel exploded")
     r = run_impl(tiny_case(), Impl("broken", boom), repeat=3)
     assert r.status == "error" and "kernel exploded" in r.error and r.times == []
+
+
+def test_interleaved_rows_take_turns_and_one_failing_row_leaves_the_others_running():
+    case = tiny_case()
+    x = case.inputs["x"]
+    order, closed = [], []
+    state = {"b": 0}
+
+    def b_run():
+        order.append("b")
+        state["b"] += 1
+        if state["b"] == 4:  # warm-up 2, then fails at its second sample
+            raise RuntimeError("b broke")
+        return x + 1
+
+    impls = [Impl("a", lambda: order.append("a") or x + 1, close=lambda: closed.append("a")),
+             Impl("b", b_run, close=lambda: closed.append("b")),
+             Impl("c", lambda: order.append("c") or x + 2, close=lambda: closed.append("c"))]
+    a, b, c = run_interleaved(case, impls, repeat=3, warmup=2)
+    assert order == ["a", "a", "b", "b", "c", "c"] + ["a", "b", "c"] + ["a", "b", "c"] + ["a", "c"]
+    assert a.status == "ok" and len(a.times) == 3
+    assert b.status == "error" and "b broke" in b.error
+    assert c.status == "mismatch" and len(c.times) == 3   # still checked against the reference
+    assert sorted(closed) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("order, turns", [("auto", True), ("sequential", False), ("interleaved", True)])
+def test_the_gpt2_suite_times_its_rows_in_turns_unless_told_otherwise(monkeypatch, order, turns):
+    from laneflow.bench import runner
+    from laneflow.bench.harness import SUITES
+
+    seen = []
+    monkeypatch.setattr(runner, "run_interleaved", lambda case, impls, *a, **k: seen.append("turns") or
+                        [run_impl(case, i, 1) for i in impls])
+    monkeypatch.setattr(runner, "run_impl", lambda case, impl, *a, **k: seen.append("one") or run_impl(case, impl, 1))
+    ctx = Context(device=lf.cpu, peers=[], repeat=1, quick=True, lanes=2, order=order)
+    (name, results, why), = runner.run_suites(["gpt2"], ctx)
+    assert why is None and results and all(r.ok for r in results), [(r.impl, r.error) for r in results]
+    assert SUITES["gpt2"].interleave and ("turns" in seen) == turns and ("one" in seen) == (not turns)
 
 
 def test_laneflow_on_a_tiny_workload_through_the_context():

@@ -33,6 +33,11 @@ def add_parser(sub: Any) -> None:
                    help="device to run on (default: the GPU when laneflow can use one, else the CPU)")
     p.add_argument("--lanes", type=_positive, default=None,
                    help="lanes (and peer streams) for the multi-lane rows (default 4 on a GPU, 2+ on the CPU)")
+    p.add_argument("--order", choices=("auto", "interleaved", "sequential"), default="auto",
+                   help="how a case's rows are timed: taking turns, one sample of each per repeat, so rows "
+                        "compare under the same host load (interleaved), or each row's repeats in one go "
+                        "(sequential); auto (default): interleaved for gpt2 and decode, whose eager rows "
+                        "are host-bound, sequential for the rest")
     p.set_defaults(func=main)
 
 
@@ -64,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
     lanes = args.lanes or (4 if device.type == "gpu" else max(2, min(4, _cpu_count())))
     repeat = args.repeat or (5 if args.quick else 10)
     ctx = Context(device=device, peers=args.peers, repeat=repeat, quick=args.quick, lanes=lanes,
-                  min_sample_s=0.0005 if args.quick else 0.002, progress=Progress())
+                  min_sample_s=0.0005 if args.quick else 0.002, progress=Progress(), order=args.order)
     names = list(ORDER) if args.suite == "all" else [args.suite]
     print(f"laneflow {lf.__version__} bench {args.suite} on {device}: {repeat} repeats, {lanes} lanes"
           f"{', quick sizes' if args.quick else ''}; peers: {', '.join(args.peers) or 'none'}")
@@ -76,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
             continue
         ran.append(name)
         results.extend(rs)
+        if ctx.interleave:
+            print(f"bench {name}: rows timed taking turns (one sample of each per repeat; --order sequential: one row at a time)")
         print_results(name, rs)
     if ctx.floors is not None and ctx.floors.to_json():
         f = ctx.floors.to_json()
@@ -84,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
         print("floors measured on", device, "this run:", "; ".join(parts))
     if args.json:
         settings = {"suite": args.suite, "peers": list(args.peers), "repeat": repeat, "quick": args.quick,
-                    "lanes": lanes, "device": str(device)}
+                    "lanes": lanes, "device": str(device), "order": args.order}
         write_json(args.json, suites=ran, not_run=not_run, results=results, device=device, args=settings,
                    floors=ctx.floors)
         print(f"wrote {args.json}")

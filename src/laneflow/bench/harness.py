@@ -189,39 +189,57 @@ def chain_program(n: int) -> Callable[[Any], Any]:
 
 # -- timing -------------------------------------------------------------------------------------
 
-def measure(impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0) -> tuple[list[float], Any]:
-    """Per-run seconds over ``repeat`` samples, and the last run's output.
+class Sampler:
+    """One impl's timing: warmed up and its ``inner`` count chosen once (:meth:`prepare`), then one
+    sample at a time (:meth:`sample`), so several impls' samples can take turns (:func:`run_interleaved`).
 
     Each sample runs the workload ``inner`` times (chosen so a sample lasts ``min_sample_s``, at
     least once) and records the mean, so microsecond workloads are not lost in timer resolution.
     """
-    out = None
-    for _ in range(max(warmup, 1)):
-        out = impl.run()
-        impl.sync()
-    inner = 1
-    if min_sample_s > 0:
-        t = time.perf_counter()
-        out = impl.run()
-        impl.sync()
-        one = time.perf_counter() - t
-        inner = max(1, min(1000, math.ceil(min_sample_s / max(one, 1e-9))))
-    times = []
-    for _ in range(repeat):
+
+    def __init__(self, impl: Impl, warmup: int = 1, min_sample_s: float = 0.0):
+        self.impl, self.warmup, self.min_sample_s = impl, warmup, min_sample_s
+        self.inner = 1
+        self.times: list[float] = []
+        self.out: Any = None
+
+    def prepare(self) -> None:
+        impl = self.impl
+        for _ in range(max(self.warmup, 1)):
+            self.out = impl.run()
+            impl.sync()
+        if self.min_sample_s > 0:
+            t = time.perf_counter()
+            self.out = impl.run()
+            impl.sync()
+            one = time.perf_counter() - t
+            self.inner = max(1, min(1000, math.ceil(self.min_sample_s / max(one, 1e-9))))
+
+    def sample(self) -> float:
+        impl, inner = self.impl, self.inner
         if impl.timer is not None:
             impl.timer.start()
             for _ in range(inner):
-                out = impl.run()
+                self.out = impl.run()
             dt = impl.timer.stop()
         else:
             impl.sync()
             t = time.perf_counter()
             for _ in range(inner):
-                out = impl.run()
+                self.out = impl.run()
             impl.sync()
             dt = time.perf_counter() - t
-        times.append(dt / inner)
-    return times, out
+        self.times.append(dt / inner)
+        return dt / inner
+
+
+def measure(impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0) -> tuple[list[float], Any]:
+    """Per-run seconds over ``repeat`` samples, and the last run's output (see :class:`Sampler`)."""
+    s = Sampler(impl, warmup, min_sample_s)
+    s.prepare()
+    for _ in range(repeat):
+        s.sample()
+    return s.times, s.out
 
 
 def compare(got: Any, ref: Any) -> list[tuple[float, float]]:
@@ -239,31 +257,87 @@ def compare(got: Any, ref: Any) -> list[tuple[float, float]]:
     return [(float(np.max(np.abs(g - r))), float(np.max(np.abs(r))))]
 
 
-def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
-             floors: Any = None) -> Result:
-    """Time one impl on one case and check its output. Exceptions become the result's ``error``."""
+def _new_result(case: Case, impl: Impl, floors: Any) -> Result:
     res = Result(case.suite, case.name, impl.name, lanes=impl.lanes, items=case.items, item_name=case.item_name,
                  bytes=case.bytes, flops=case.flops, note=impl.note,
                  timer="device events" if impl.timer is not None else "host")
     if floors is not None:
         res.floor_bytes_s, res.floor_flops_s = floors.floor(case)
-    try:
-        res.times, out = measure(impl, repeat, warmup, min_sample_s)
-        res.checked = impl.check
-        if impl.check:
-            pairs = compare(impl.to_host(out), case.reference)
-            res.rtol = case.tolerance_scale()
-            res.max_abs_diff = max(d for d, _ in pairs)
-            res.matches = all(d <= res.rtol * s for d, s in pairs)
-        res.extra.update(impl.extra)
-    except Exception as e:  # noqa: BLE001 - one broken impl must not stop the suite
-        res.error = f"{type(e).__name__}: {e}"[:300]
-    finally:
-        try:
-            impl.close()
-        except Exception:  # noqa: BLE001
-            pass
     return res
+
+
+def _check(res: Result, case: Case, impl: Impl, times: list[float], out: Any) -> None:
+    res.times = times
+    res.checked = impl.check
+    if impl.check:
+        pairs = compare(impl.to_host(out), case.reference)
+        res.rtol = case.tolerance_scale()
+        res.max_abs_diff = max(d for d, _ in pairs)
+        res.matches = all(d <= res.rtol * s for d, s in pairs)
+    res.extra.update(impl.extra)
+
+
+def _failed(res: Result, e: Exception) -> None:
+    res.error = f"{type(e).__name__}: {e}"[:300]
+
+
+def _close(impl: Impl) -> None:
+    try:
+        impl.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
+             floors: Any = None) -> Result:
+    """Time one impl on one case and check its output. Exceptions become the result's ``error``."""
+    res = _new_result(case, impl, floors)
+    try:
+        times, out = measure(impl, repeat, warmup, min_sample_s)
+        _check(res, case, impl, times, out)
+    except Exception as e:  # noqa: BLE001 - one broken impl must not stop the suite
+        _failed(res, e)
+    finally:
+        _close(impl)
+    return res
+
+
+def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
+                    floors: Any = None, progress: Callable[[str], None] | None = None) -> list[Result]:
+    """Time several impls of one case taking turns: every impl is warmed up, then each repeat takes one
+    sample of every impl in order. Host-bound rows (eager laneflow, eager PyTorch) drift with the
+    machine's load; sampled in turns, each row sees the same drift, so the same run's figures compare.
+    Results come back in ``impls``' order; one impl failing leaves the others running."""
+    results, live = [], []
+    for impl in impls:
+        res = _new_result(case, impl, floors)
+        results.append(res)
+        s = Sampler(impl, warmup, min_sample_s)
+        try:
+            s.prepare()
+            live.append((res, impl, s))
+        except Exception as e:  # noqa: BLE001 - one broken impl must not stop the suite
+            _failed(res, e)
+            _close(impl)
+    for _ in range(repeat):
+        for res, impl, s in live:
+            if res.error is not None:
+                continue
+            try:
+                s.sample()
+            except Exception as e:  # noqa: BLE001
+                _failed(res, e)
+    for res, impl, s in live:
+        try:
+            if res.error is None:
+                _check(res, case, impl, s.times, s.out)
+        except Exception as e:  # noqa: BLE001
+            _failed(res, e)
+        finally:
+            _close(impl)
+        if progress is not None:
+            progress(impl.name)
+    return results
 
 
 def skipped(case: Case, impl: str, reason: str, lanes: int | None = None) -> Result:
@@ -285,14 +359,17 @@ class Suite:
     help: str
     run: Callable[["Context"], list[Result]]  # noqa: F821 - Context lives in runner.py
     needs_gpu: bool = False  # at full size; every suite has a --quick size that runs on the CPU
+    #: its rows take turns sample by sample (``run_interleaved``) unless ``--order sequential``
+    interleave: bool = False
 
 
 SUITES: dict[str, Suite] = {}
 
 
-def suite(name: str, help: str, needs_gpu: bool = False) -> Callable:  # noqa: A002
-    """Register a suite function ``fn(ctx) -> list[Result]`` under ``name``."""
+def suite(name: str, help: str, needs_gpu: bool = False, interleave: bool = False) -> Callable:  # noqa: A002
+    """Register a suite function ``fn(ctx) -> list[Result]`` under ``name``. ``interleave``: its rows
+    are timed taking turns (host-bound rows compared with peers: see :func:`run_interleaved`)."""
     def deco(fn: Callable) -> Callable:
-        SUITES[name] = Suite(name, help, fn, needs_gpu)
+        SUITES[name] = Suite(name, help, fn, needs_gpu, interleave)
         return fn
     return deco

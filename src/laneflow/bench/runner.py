@@ -9,7 +9,7 @@ from typing import Any, Iterator, Sequence
 from . import peers as peer_registry
 from .floors import Floors
 from . import suites  # noqa: F401 - registers the suites
-from .harness import SUITES, Case, Impl, Result, run_impl, skipped
+from .harness import SUITES, Case, Impl, Result, run_impl, run_interleaved, skipped
 from .peers import PeerUnavailable
 
 
@@ -70,6 +70,10 @@ class Context:
     min_sample_s: float = 0.0
     progress: Progress = field(default_factory=lambda: Progress(False))
     floors: Floors | None = None
+    #: "auto" (each suite's own choice), "interleaved" or "sequential" (``--order``)
+    order: str = "auto"
+    #: this suite's rows take turns sample by sample (set by run_suites from ``order``)
+    interleave: bool = False
 
     def __post_init__(self) -> None:
         if self.floors is None:
@@ -105,14 +109,20 @@ class Context:
                 r.skipped, r.error = None, f"setup: {type(e).__name__}: {e}"[:300]
                 impls.append(r)
         self.progress.add(sum(isinstance(i, Impl) for i in impls))
+        minimum = max(self.min_sample_s, case.min_sample_s)
+        if self.interleave:
+            timed = [i for i in impls if isinstance(i, Impl)]
+            self.progress.step(f"{case.name}: {len(timed)} rows taking turns")
+            done = iter(run_interleaved(case, timed, self.repeat, self.warmup, minimum, self.floors,
+                                        progress=lambda name: self.progress.done()))
+            return [i if isinstance(i, Result) else next(done) for i in impls]
         results = []
         for impl in impls:
             if isinstance(impl, Result):
                 results.append(impl)
                 continue
             self.progress.step(f"{case.name}: {impl.name}")
-            results.append(run_impl(case, impl, self.repeat, self.warmup, max(self.min_sample_s, case.min_sample_s),
-                                    self.floors))
+            results.append(run_impl(case, impl, self.repeat, self.warmup, minimum, self.floors))
             self.progress.done()
         return results
 
@@ -125,6 +135,7 @@ def run_suites(names: Sequence[str], ctx: Context) -> Iterator[tuple[str, list[R
         if s.needs_gpu and not ctx.gpu and not ctx.quick:
             yield name, None, "needs a GPU"
             continue
+        ctx.interleave = s.interleave if ctx.order == "auto" else ctx.order == "interleaved"
         with ctx.progress:
             results = s.run(ctx)
         yield name, results, None

@@ -48,7 +48,7 @@ STEP_SAMPLE_FACTOR = 10
 CHECK_TOKENS = 8
 
 
-@suite("decode", "GPT-2 decode step with a KV cache (B=1, B=8) and 8 requests at once; bf16 GPT-2 small on a GPU")
+@suite("decode", "GPT-2 decode step with a KV cache (B=1, B=8) and 4 requests at once; bf16 GPT-2 small on a GPU", interleave=True)
 def run(ctx):
     p = ctx.size(quick=dict(config=model.GPT2Config.tiny(), S=16, POS=8, B=(1, 2), dtype="float32"),
                  cpu=dict(config=CPU_CONFIG, S=64, POS=32, B=(1, 8), dtype="float32"),

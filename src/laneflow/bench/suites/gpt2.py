@@ -52,7 +52,7 @@ DEVICE_IDS = "laneflow compiled, weights captured, ids from a device op"
 NN_TAG = "lf.nn"
 
 
-@suite("gpt2", "GPT-2 forward (logits of B x T tokens): GPT-2 small in bf16 on a GPU, a small model on the CPU")
+@suite("gpt2", "GPT-2 forward (logits of B x T tokens): GPT-2 small in bf16 on a GPU, a small model on the CPU", interleave=True)
 def run(ctx):
     p = ctx.size(quick=dict(config=model.GPT2Config.tiny(), T=8, B=(1, 2), dtype="float32"),
                  cpu=dict(config=CPU_CONFIG, T=8, B=(1, 8), dtype="float32"),
