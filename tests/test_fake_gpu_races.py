@@ -370,10 +370,21 @@ gpu = lf.new_stream(lf.gpu, lanes=2)
 cpu = lf.new_stream(lf.cpu, lanes=1)
 lf.eval(lf.add(lf.array(a, stream=gpu), 1.0, stream=gpu))
 backend_for(lf.gpu).context(0).modules._kernels.clear()   # the in-place write's kernel: a module load
+f = lf.compile(lambda v: lf.multiply(v, 2.0, stream=cpu))
+for _ in range({warm}):   # {warm} > 0: the CPU read is a compiled CPU plan's one command (a HostCommand)
+    with lf.stream(cpu):
+        lf.eval(f(lf.array(a, stream=gpu)))
+if {warm}:
+    print("plan", f.stats()[0]["mode"])
 try:
     with lf.testing.inject_delays(fixed=0.05):
         x = lf.add(lf.array(a, stream=gpu), 1.0, stream=gpu)
-        on_cpu = lf.multiply(x, 1.0, stream=cpu)   # the CPU lane copies x to the host (delayed)
+        if {warm}:
+            lf.eval(lf.multiply(x, 1.0, stream=cpu))   # the CPU lane's clock now covers x's writer: no wait
+            with lf.stream(cpu):
+                on_cpu = f(x)
+        else:
+            on_cpu = lf.multiply(x, 1.0, stream=cpu)   # the CPU lane copies x to the host (delayed)
         lf.async_eval(on_cpu)
         x[0:100] = 0.0                             # waits for that copy, then loads its kernel
         lf.eval(x, on_cpu)
@@ -384,15 +395,19 @@ print("hangs", len(R.hangs))
 """
 
 
-def test_a_module_load_while_a_stream_waits_for_a_cpu_lane_copying_from_the_gpu_does_not_hang(tmp_path):
+@pytest.mark.parametrize("warm", [0, 3], ids=["kernel", "compiled plan"])
+def test_a_module_load_while_a_stream_waits_for_a_cpu_lane_copying_from_the_gpu_does_not_hang(tmp_path, warm):
     """The H200 suite's hang at 89cadf0 and be5c7ac (test_cuda_backend's write after a CPU read): a GPU
     write must wait for a CPU lane's copy of its buffer to the host, and its kernel is loaded right
     after. Had the stream waited on the device (a word the CPU lane's helper writes), the load would
     wait for that stream while holding the lock the CPU lane's cuMemcpyDtoH needs. The encoder waits on
-    the host for a CPU lane whose work calls the driver (``ThreadLane.driver_seq``)."""
-    p = run_under_fake_driver(_MODULE_LOAD, tmp_path, timeout=120)
+    the host for a CPU lane whose work calls the driver (``ThreadLane.driver_seq``), also when the copy
+    is inside a compiled CPU plan whose lane already waited for the GPU (found in review)."""
+    p = run_under_fake_driver(_MODULE_LOAD.replace("{warm}", str(warm)), tmp_path, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
     assert p.stdout.strip().splitlines()[-1] == "hangs 0", p.stdout[-6000:]
+    if warm:
+        assert "plan one command" in p.stdout, p.stdout[-3000:]   # the copy ran inside a CPU plan
 
 
 _NEVER_ENQUEUED = r"""

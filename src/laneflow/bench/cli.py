@@ -73,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
     names = list(ORDER) if args.suite == "all" else [args.suite]
     print(f"laneflow {lf.__version__} bench {args.suite} on {device}: {repeat} repeats, {lanes} lanes"
           f"{', quick sizes' if args.quick else ''}; peers: {', '.join(args.peers) or 'none'}")
-    results, not_run, ran = [], {}, []
+    results, not_run, ran, in_turns = [], {}, [], []
     for name, rs, why in run_suites(names, ctx):
         if rs is None:
             not_run[name] = why
@@ -82,6 +82,7 @@ def main(args: argparse.Namespace) -> int:
         ran.append(name)
         results.extend(rs)
         if ctx.interleave:
+            in_turns.append(name)
             print(f"bench {name}: rows timed taking turns (one sample of each per repeat; --order sequential: one row at a time)")
         print_results(name, rs)
     if ctx.floors is not None and ctx.floors.to_json():
@@ -91,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
         print("floors measured on", device, "this run:", "; ".join(parts))
     if args.json:
         settings = {"suite": args.suite, "peers": list(args.peers), "repeat": repeat, "quick": args.quick,
-                    "lanes": lanes, "device": str(device), "order": args.order}
+                    "lanes": lanes, "device": str(device), "order": args.order, "rows_in_turns": in_turns}
         write_json(args.json, suites=ran, not_run=not_run, results=results, device=device, args=settings,
                    floors=ctx.floors)
         print(f"wrote {args.json}")

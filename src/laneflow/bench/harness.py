@@ -319,6 +319,8 @@ def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int 
         except Exception as e:  # noqa: BLE001 - one broken impl must not stop the suite
             _failed(res, e)
             _close(impl)
+            if progress is not None:
+                progress(impl.name)
     for _ in range(repeat):
         for res, impl, s in live:
             if res.error is not None:

@@ -128,6 +128,9 @@ class Command:
     #: May run on the thread that waits for it (a whole plan's one command, ``HostCommand``): see
     #: :meth:`Lane.run_deferred`.
     inline = False
+    #: Whether it reads memory of a device other than the CPU (a CPU lane then calls the driver:
+    #: ``ThreadLane.driver_seq``); None: the CPU lane looks at ``reads``.
+    device_reads: bool | None = None
 
     def __init__(self, op: str, fn: Callable, reads: Sequence, writes: Sequence, prim: Any = None,
                  ins: list | None = None, outs: list | None = None):
@@ -196,8 +199,12 @@ class HostCommand(Command):
     to do (the CPU's whole-plan command: handing it to the worker thread and waiting costs a thread
     switch each way, on the order of the work of a small step)."""
 
-    __slots__ = ()
+    __slots__ = ("device_reads",)
     inline = True
+
+    def __init__(self, op: str, fn: Callable, reads: Sequence, writes: Sequence, device_reads: bool | None = None):
+        super().__init__(op, fn, reads, writes)
+        self.device_reads = device_reads  # known to the plan that makes it: its reads need no scan
 
 
 class Lane:

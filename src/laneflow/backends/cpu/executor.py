@@ -51,6 +51,8 @@ class CPUPlan:
             for kind, v in step.srcs:
                 if kind == "const" and not any(v.buffer is c for c in self.consts):
                     self.consts.append(v.buffer)
+        # captured values on a GPU: every call copies from device memory (ThreadLane.driver_seq)
+        self.consts_on_device = any(c.device.type != "cpu" for c in self.consts)
         returned = {ref[1] for ref, *_ in plan.outputs if ref[0] == "slot"}
         self.inplace = plan.inplace  # slot -> donated argument it may be written into
         self.returned = sorted(returned | set(self.inplace))
@@ -113,8 +115,9 @@ class CPUPlan:
 
         reads = list({id(b): b for b in (*self.consts, *bufs)}.values())
         # a HostCommand: an lf.eval that waits for it may run it itself when the lane is idle
-        stream.encoder.submit(HostCommand("compiled plan", run_all, reads, [*self.regions, *outs.values()]),
-                              stream.lanes[0])
+        device_reads = self.consts_on_device or any(b.device.type != "cpu" for b in bufs)
+        stream.encoder.submit(HostCommand("compiled plan", run_all, reads, [*self.regions, *outs.values()],
+                                          device_reads), stream.lanes[0])
         self.launches += 1
         self._last = {slot: outs[slot] for slot in self.inplace}
         return _Outputs(outs)

@@ -71,11 +71,15 @@ class ThreadLane(Lane):
         if self._driver_wait:
             self._driver_wait = False
             self.driver_seq = cmd.seq
-        elif cmd.prim is not None:  # a kernel: does it read another device's memory (a copy)?
-            for b in cmd.reads:
-                if b.device.type != "cpu":
-                    self.driver_seq = cmd.seq
-                    break
+        else:  # does it read another device's memory (a copy to the host, in a kernel or a whole plan)?
+            known = cmd.device_reads
+            if known is None:
+                for b in cmd.reads:
+                    if b.device.type != "cpu":
+                        known = True
+                        break
+            if known:
+                self.driver_seq = cmd.seq
         if cmd.inline:
             collect = CALLER.collect
             if (collect is not None and self._deferred is None

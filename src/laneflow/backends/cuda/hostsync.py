@@ -14,7 +14,9 @@ context: loading a module (``cuModuleLoadData``; libraries load their kernels la
 waits for every stream while holding a lock that the CPU lane's ``cuMemcpyDtoH`` then waits for, and
 the word is never written. The H200 suite hung this way (2026-12-04: the main thread in
 ``cuModuleLoadData``, a CPU lane in ``cuMemcpyDtoH``, the helper parked on the CPU fence). A CPU lane
-doing only host work always reaches its point, so a device-side wait for it is safe.
+doing only host work always reaches its point, so a device-side wait for it is safe. Not counted as a
+driver call: a CPU command polling the GPU checks its inputs inherited (``cuEventQuery``, which does not
+block; whether it can wait for a loading module is not known).
 """
 
 from __future__ import annotations
