@@ -52,10 +52,10 @@ def main() -> None:
             tok, pos = lf.array(np.arange(B, dtype=np.int32)), lf.array(np.int32(128))
             lf.eval(list(params.values()), *[x for kv in cache for x in kv], tok, pos)
         if a.captured:
-            g = lf.compile(lambda t, q, c: dec.decode_step(params, t, q, cfg, c), donate_argnums=(2,))
+            g = dec.compile_step(cfg, params)
             f = lambda p, t, q, c: g(t, q, c)  # noqa: E731
         else:
-            f = lf.compile(lambda p, t, q, c: dec.decode_step(p, t, q, cfg, c), donate_argnums=(3,))
+            f = dec.compile_step(cfg)
         state = {"c": cache}
 
         def call():

@@ -291,15 +291,7 @@ def _close(impl: Impl) -> None:
 def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
              floors: Any = None) -> Result:
     """Time one impl on one case and check its output. Exceptions become the result's ``error``."""
-    res = _new_result(case, impl, floors)
-    try:
-        times, out = measure(impl, repeat, warmup, min_sample_s)
-        _check(res, case, impl, times, out)
-    except Exception as e:  # noqa: BLE001 - one broken impl must not stop the suite
-        _failed(res, e)
-    finally:
-        _close(impl)
-    return res
+    return run_interleaved(case, [impl], repeat, warmup, min_sample_s, floors)[0]
 
 
 def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int = 1, min_sample_s: float = 0.0,

@@ -119,6 +119,17 @@ def reference_generate(np_params: Mapping[str, np.ndarray], ids: np.ndarray, cfg
     return out
 
 
+def compile_step(cfg: GPT2Config, params: Mapping[str, Any] | None = None, fused: bool = False):
+    """:func:`decode_step` compiled with its caches donated (updated in place: one graph launch a token):
+    ``step(params, tok, pos, cache)``, or, with ``params`` given, closed over them (constants of the
+    graph: a call binds only the tokens, the positions and the caches) as ``step(tok, pos, cache)``."""
+    from .. import compile as lf_compile
+
+    if params is None:
+        return lf_compile(lambda p, t, pos, c: decode_step(p, t, pos, cfg, c, fused=fused), donate_argnums=(3,))
+    return lf_compile(lambda t, pos, c: decode_step(params, t, pos, cfg, c, fused=fused), donate_argnums=(2,))
+
+
 def generate(params: Mapping[str, Any], cfg: GPT2Config, prompts: list, max_new: int, *, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0, dtype: Any = "float32",
              on_token: Any = None, fused: bool = False) -> list[list[int]]:
@@ -130,7 +141,6 @@ def generate(params: Mapping[str, Any], cfg: GPT2Config, prompts: list, max_new:
     ops' masked softmax (one row program); ``bench decode`` times both. The compiled step closes over
     ``params`` (constants of its graph: a call binds only the caches, the tokens and the positions).
     Runs on the current stream's device."""
-    from .. import compile as lf_compile
     from .. import random as lf_random
     from .sampling import sample
 
@@ -146,7 +156,7 @@ def generate(params: Mapping[str, Any], cfg: GPT2Config, prompts: list, max_new:
         ids[r, :len(p)] = p
     cache = init_cache(cfg, len(prompts), S, dtype=dtype)
     logits, cache = prefill(params, lf_ops.array(ids), cfg, cache)
-    step = lf_compile(lambda t, pos, c: decode_step(params, t, pos, cfg, c, fused=fused), donate_argnums=(2,))
+    step = compile_step(cfg, params, fused)
     keys = lf_random.split(lf_random.key(seed), max_new) if temperature > 0 else None
     out = [list(p) for p in prompts]
     cur = lf_ops.stack([logits[r, n - 1] for r, n in enumerate(lens)])

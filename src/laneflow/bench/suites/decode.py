@@ -149,13 +149,14 @@ def _laneflow_step(case: Case, ctx, compiled: bool, fused: bool, lanes: int, wai
         tok, pos = lf.array(ids[:, POS]), lf.array(np.int32(POS))
         lf.eval(tok, pos)
 
-    def step(params, tok, pos, cache):
-        return dec.decode_step(params, tok, pos, cfg, cache, fused=fused)
     if captured:  # the weights are constants of the graph, not arguments bound at every call
-        g = lf.compile(lambda tok, pos, cache: step(params, tok, pos, cache), donate_argnums=(2,))
+        g = dec.compile_step(cfg, params, fused)
         f = lambda params, tok, pos, cache: g(tok, pos, cache)  # noqa: E731 - the call shape of the others
+    elif compiled:
+        f = g = dec.compile_step(cfg, fused=fused)
     else:
-        f = g = lf.compile(step, donate_argnums=(3,)) if compiled else step
+        def f(params, tok, pos, cache):
+            return dec.decode_step(params, tok, pos, cfg, cache, fused=fused)
     state = {"cache": cache}
 
     def run():
@@ -221,8 +222,7 @@ def _laneflow_requests(case: Case, ctx, streams: int) -> Impl:
         with lf.stream(st):
             tok, pos = lf.array(s[:, n]), lf.array(np.int32(n))
         reqs.append({"stream": st, "params": params, "cache": cache, "tok": tok, "pos": pos})
-    f = lf.compile(lambda p, tok, pos, cache: dec.decode_step(p, tok, pos, cfg, cache, fused=True),
-                   donate_argnums=(3,))
+    f = dec.compile_step(cfg, fused=True)
 
     def run():
         outs = []
@@ -253,8 +253,7 @@ def _laneflow_batch(case: Case, ctx) -> Impl:
     with lf.stream(stream):
         tok = lf.array(np.array([s[0, n] for n, s in zip(lens, seqs)], np.int32))
         pos = lf.array(np.array(lens, np.int32))
-    f = lf.compile(lambda p, tok, pos, cache: dec.decode_step(p, tok, pos, cfg, cache, fused=True),
-                   donate_argnums=(3,))
+    f = dec.compile_step(cfg, fused=True)
     state = {"cache": cache}
 
     def run():
