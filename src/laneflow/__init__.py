@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import backends  # noqa: F401 - registers the cpu and gpu backends (runtime/backend.py)
 from ._ops_namespace import *  # noqa: F401,F403
 from ._ops_namespace import abs, all, any, max, min, sum  # noqa: F401,A004 - numpy's names
-from . import cuda, linalg, nn, random, testing  # noqa: F401,E402 - after the ops they use
+from . import cuda, distributed, linalg, nn, random, testing  # noqa: F401,E402 - after the ops they use
 from . import _array_methods  # noqa: F401 - attaches the operators and methods to Array
 from .array import Array
 from .device import Device, cpu, gpu
@@ -44,6 +44,6 @@ __all__ = [
     "Array", "Device", "Stream", "cpu", "gpu", "default_device", "set_default_device", "new_stream",
     "default_stream", "stream", "synchronize", "gpu_available", "eval", "async_eval", "stats", "reset_stats",
     "set_plan_cache", "plan_cache_info",
-    "compile", "CompileError", "from_dlpack", "LaneflowError", "DeviceUnavailableError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "PrecisionWarning", "cuda", "linalg", "nn", "random", "testing",
+    "compile", "CompileError", "from_dlpack", "LaneflowError", "DeviceUnavailableError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "PrecisionWarning", "cuda", "distributed", "linalg", "nn", "random", "testing",
     "trace",
 ]

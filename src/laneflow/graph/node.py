@@ -57,6 +57,9 @@ class Primitive:
     #: The parameters are plain hashable values (ints, tuples of ints, dtypes, strings): the key is
     #: them as they are. Primitives holding Scalars, slices or dicts say False and are frozen.
     plain = True
+    #: None, or ``lane_for(stream)``: the lane the command must run on (``lf.distributed``'s
+    #: collectives: their group's communication lane), instead of the one the encoder would choose.
+    lane_for = None
 
     def __init__(self, name: str):
         self.name = name

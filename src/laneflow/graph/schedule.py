@@ -220,7 +220,9 @@ def encode_call(prim, stream, in_bufs: list, in_data: list, out_bufs: list, out_
                     break
             else:
                 reads.append(b)
-    stream.encoder.submit(Command(prim.name, stream.backend.kernel_of(prim), reads, out_bufs, prim, in_data, out_data))
+    pin = prim.lane_for
+    stream.encoder.submit(Command(prim.name, stream.backend.kernel_of(prim), reads, out_bufs, prim, in_data, out_data),
+                          None if pin is None else pin(stream))
 
 
 def _finish(outs, bufs) -> None:

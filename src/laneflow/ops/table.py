@@ -269,7 +269,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("dynamic_slice"), Kind("dynamic_update_slice"),
     Kind("full"), Kind("arange"), Kind("linspace"), Kind("eye"),
     Kind("random"), Kind("random_split"),
-    Kind("copy"), Kind("linalg"), Kind("slogdet"), Kind("custom"),
+    Kind("copy"), Kind("linalg"), Kind("slogdet"), Kind("custom"), Kind("collective"),
 )}
 
 

@@ -233,6 +233,11 @@ strided.prepare = _prepare_strided
 strided.views = lambda prim: ((prim.shape, prim.strides, prim.offset),)
 
 
+def collective(lane, prim, ins, outs):
+    """``lf.distributed``'s collectives: the group's transport runs them (``distributed/transports.py``)."""
+    prim.run(lane, ins, outs)
+
+
 def copy(lane, prim, ins, outs):
     src = ins[0]
     if isinstance(src, np.ndarray):
@@ -253,7 +258,7 @@ KERNELS = {
     "getitem": getitem, "setitem": setitem, "take": take,
     "dynamic_slice": dynamic_slice, "dynamic_update_slice": dynamic_update_slice,
     "full": full, "arange": arange, "linspace": linspace, "eye": eye,
-    "random": random, "random_split": random_split, "copy": copy, "linalg": linalg,
+    "random": random, "random_split": random_split, "copy": copy, "linalg": linalg, "collective": collective,
 }
 
 #: Primitive kinds of the op table this backend does not run, with the reason (MLX's ``NO_CPU``).

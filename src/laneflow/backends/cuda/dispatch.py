@@ -62,6 +62,7 @@ KERNELS = {
     "linalg": _linalg.linalg,
     "slogdet": _lu.slogdet,
     "custom": _custom.custom,
+    "collective": _custom.custom,  # (lf.distributed: the primitive's transport runs it, as a user kernel's launcher)
 }
 
 #: Primitive kinds of the op table this backend does not run, with the reason (MLX's ``NO_GPU``).

@@ -1,0 +1,3 @@
+"""The process's world group (``lf.distributed.init``), None before it."""
+
+WORLD = None

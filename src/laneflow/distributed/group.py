@@ -1,0 +1,106 @@
+"""A group of ranks that run collectives together, and its communication lanes.
+
+Every collective of a group runs on the group's communication lane of the array's device: one lane
+(a CPU worker thread, a CUDA stream) per device, shared by every stream, next to the streams' compute
+lanes. The encoder orders a collective after its input's writer and everything that reads its output
+after it, with the usual waits, so communication overlaps whatever compute does not depend on it.
+One lane per group and device also keeps the order in which collectives reach the transport equal to
+the order they were called in on every rank, which MPI and NCCL require.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+from ..errors import LaneflowError
+from ..runtime.encoder import LOCK
+from .launch import LaunchInfo
+
+
+class DistributedError(LaneflowError):
+    """A collective failed across ranks: a peer missing past the timeout, ranks calling different
+    collectives or shapes, a broken communicator. The message names the op and what to do."""
+
+
+_lane_ids = itertools.count(1_000_001)  # stream ids of communication lanes: apart from the streams'
+
+
+class Group:
+    """The ranks of a launch (``lf.distributed.init()`` makes the world group).
+
+    ``rank`` and ``size`` are this process's place; ``transports`` maps a device type ("cpu", "gpu")
+    to what moves its arrays (MPI for the CPU, NCCL for GPUs). ``timeout`` (seconds) bounds how long a
+    collective waits for the other ranks before it fails with :class:`DistributedError`.
+    """
+
+    def __init__(self, info: LaunchInfo, transports: dict, timeout: float, backend: str):
+        self.info = info
+        self.rank, self.size = info.rank, info.world_size
+        self.local_rank = info.local_rank
+        self.transports = transports
+        self.timeout = float(timeout)
+        self.backend = backend
+        self._lanes: dict = {}
+        self._lock = threading.Lock()
+        self.broken: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Group(rank={self.rank}, size={self.size}, backend={self.backend!r}, launcher={self.info.launcher!r})"
+
+    def transport(self, device: Any, op: str) -> Any:
+        """What runs ``op``'s collectives on ``device``; raises naming the op when nothing does."""
+        if self.broken is not None:
+            raise DistributedError(f"{op}: this group is broken by an earlier failure ({self.broken}); "
+                                   "restart the processes")
+        t = self.transports.get(device.type)
+        if t is None:
+            t = self._make(device, op)
+        return t
+
+    def _make(self, device: Any, op: str) -> Any:
+        maker = self.transports.get(device.type + ":make")
+        if maker is None:
+            have = ", ".join(k for k in self.transports if ":" not in k) or "none"
+            why = {"cpu": "CPU collectives between processes need an MPI launch (mpirun / mpiexec) and "
+                          "mpi4py: pip install 'laneflow[distributed]'",
+                   "gpu": "GPU collectives need nccl4py (pip install nccl4py) and a launch with one GPU per rank"}
+            raise DistributedError(f"{op}: this group has no transport for {device} arrays (it has: {have}); "
+                                   f"{why.get(device.type, '')}")
+        with self._lock:
+            t = self.transports.get(device.type)
+            if t is None:
+                t = self.transports[device.type] = maker(device)
+        return t
+
+    def lane(self, stream: Any) -> Any:
+        """The communication lane of ``stream``'s device (made on first use, under the scheduling lock)."""
+        dev = stream.device
+        lane = self._lanes.get(dev)
+        if lane is None:
+            lane = self._lanes[dev] = stream.backend.create_lanes(dev, next(_lane_ids), 1)[0]
+        return lane
+
+    def synchronize(self) -> None:
+        """Wait until every collective submitted so far on every device has finished."""
+        with LOCK:
+            lanes = list(self._lanes.values())
+        for lane in lanes:
+            if not lane.host_wait(lane.submitted, None):
+                raise DistributedError(f"synchronize: {lane.name} did not finish")
+
+    def destroy(self) -> None:
+        """Finish pending collectives and release the communication lanes and transports."""
+        if self.broken is None:
+            try:
+                self.synchronize()
+            except LaneflowError:
+                pass
+        with LOCK:
+            lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            lane.close()
+        for k, t in list(self.transports.items()):
+            if ":" not in k and hasattr(t, "close"):
+                t.close()

@@ -1,0 +1,239 @@
+"""lf.distributed: launcher variables, the rendezvous, a group of one on every backend, and real
+multi-process collectives through MPI (mpiexec -n 2 and 4, tests/dist_worker.py) checked against numpy."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+from laneflow import distributed as dist
+from laneflow.distributed import rendezvous
+from laneflow.distributed.launch import detect
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+
+
+# -- launchers ---------------------------------------------------------------------------------------
+
+def test_torchrun_variables_give_rank_world_local_rank_and_the_master():
+    info = detect({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500"})
+    assert (info.launcher, info.rank, info.world_size, info.local_rank, info.local_world_size) == ("torchrun", 3, 8, 1, 2)
+    assert (info.master_addr, info.master_port, info.under_mpi) == ("10.0.0.5", 29500, False)
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, ("openmpi", 2, 4, 0, 2)),
+    ({"PMI_RANK": "1", "PMI_SIZE": "3", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "3"}, ("mpich", 1, 3, 1, 3)),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2(x3)"},
+     ("slurm", 5, 6, 1, 2)),
+    ({}, ("none", 0, 1, 0, 1)),
+])
+def test_mpi_and_slurm_variables_and_no_launcher(env, want):
+    info = detect(env)
+    assert (info.launcher, info.rank, info.world_size, info.local_rank, info.local_world_size) == want
+    assert info.under_mpi == (want[0] in ("openmpi", "mpich"))
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"RANK": "4", "WORLD_SIZE": "4"}, "RANK=4"),
+    ({"RANK": "x", "WORLD_SIZE": "4"}, "RANK='x' is not an integer"),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR and MASTER_PORT"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, "MASTER_PORT=70000"),
+])
+def test_malformed_launcher_variables_are_named(env, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+        detect(env)
+
+
+# -- rendezvous ----------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_rendezvous_gives_rank_zeros_bytes_to_every_rank():
+    port, n = _free_port(), 4
+    payload = os.urandom(128)
+    got: dict = {}
+
+    def rank(r):
+        got[r] = rendezvous.exchange("127.0.0.1", port, r, n, payload if r == 0 else None, key="t", timeout=20)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (3, 1, 2, 0)]  # rank 0 not first
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(30)
+    assert got == {r: payload for r in range(n)}
+
+
+def test_rendezvous_ignores_a_stranger_and_names_the_missing_rank():
+    port = _free_port()
+    err: list = []
+
+    def root():
+        try:
+            rendezvous.exchange("127.0.0.1", port, 0, 3, b"id", timeout=1.5)
+        except rendezvous.RendezvousError as e:
+            err.append(e)
+
+    t = threading.Thread(target=root)
+    t.start()
+    time.sleep(0.2)
+    with socket.create_connection(("127.0.0.1", port)) as s:  # not one of ours
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    t0 = time.monotonic()
+    t.join(10)
+    assert err and "ranks [1, 2] did not reach rank 0" in str(err[0]), err
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_rank_without_rank_zero_fails_within_its_timeout():
+    t0 = time.monotonic()
+    with pytest.raises(rendezvous.RendezvousError, match="could not get the id from rank 0"):
+        rendezvous.exchange("127.0.0.1", _free_port(), 2, 3, None, timeout=0.8)
+    assert time.monotonic() - t0 < 5
+
+
+# -- a group of one -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def world():
+    dist.destroy()
+    g = dist.init(env={})
+    yield g
+    dist.destroy()
+
+
+def test_a_group_of_one_copies_on_every_backend(device, rng, world):
+    assert (world.rank, world.size, world.backend) == (0, 1, "local")
+    s = lf.new_stream(device, lanes=2)
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    with lf.stream(s):
+        x = lf.array(a)
+        outs = [dist.all_reduce(x), dist.all_reduce(x, "avg"), dist.all_gather(x, axis=1),
+                dist.reduce_scatter(x), dist.broadcast(x, 0), dist.all_reduce(x * 2) + 1]
+    for got, want in zip(outs, [a, a, a, a, a, a * 2 + 1]):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    dist.barrier(stream=s)
+    f = lf.compile(lambda v: dist.all_reduce(v, "max") - v)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x)), np.zeros_like(a))
+    assert f.stats()[0]["note"] == "collectives run as commands on their communication lane"
+    s.close()
+
+
+def test_collectives_run_on_the_groups_communication_lane(world):
+    s = lf.new_stream(lf.cpu, lanes=2)
+    with lf.stream(s):
+        y = dist.all_reduce(lf.arange(4.0))
+    lane = world._lanes[lf.cpu]
+    assert lane not in s.lanes and lane.submitted >= 1  # issued at the call, on its own lane
+    np.testing.assert_array_equal(np.asarray(y + 1), np.arange(4.0) + 1)
+    world.synchronize()
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda x: dist.all_reduce(x, "mean"), ValueError, "op must be one of"),
+    (lambda x: dist.all_reduce(x > 0), TypeError, "reduction 'sum' of a bool array; use 'max'"),
+    (lambda x: dist.all_reduce(x.astype(lf.complex64), "max"), TypeError, "complex numbers have no order"),
+    (lambda x: dist.all_reduce(x.astype(lf.int32), "avg"), TypeError, "'avg' of a int32 array"),
+    (lambda x: dist.broadcast(x, 1), ValueError, "root 1 is not a rank of the group"),
+    (lambda x: dist.all_gather(x[0, 0]), ValueError, "all_gather: x is 0-d"),
+    (lambda x: dist.reduce_scatter(x, axis=2), ValueError, "axis 2 is out of bounds"),
+    (lambda x: dist.send(x, 0), ValueError, "send: dst 0 is this rank"),
+    (lambda x: dist.recv((2,), "float32", 3), ValueError, "src 3 is not a rank"),
+    (lambda x: dist.all_reduce(x, group="world"), TypeError, "group must be an lf.distributed.Group"),
+])
+def test_bad_collective_arguments_name_the_op(world, call, exc, words):
+    with pytest.raises(exc, match=words):
+        call(lf.ones((4, 3), dtype=lf.float32))
+
+
+def test_collectives_before_init_and_bad_init_arguments_say_what_to_do():
+    dist.destroy()
+    with pytest.raises(dist.DistributedError, match=r"all_reduce: lf.distributed.init\(\) has not been called"):
+        dist.all_reduce(lf.ones(3))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        dist.init("gloo")
+    with pytest.raises(ValueError, match="timeout must be positive"):
+        dist.init(timeout=0, env={})
+    with pytest.raises(dist.DistributedError, match="backend 'local' is one process"):
+        dist.init("local", env={"PMI_RANK": "0", "PMI_SIZE": "2"})
+    g = dist.init(env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    try:  # a torchrun launch without MPI: no CPU transport, and the error says what would give one
+        with pytest.raises(dist.DistributedError, match="CPU collectives between processes need an MPI launch"):
+            dist.all_reduce(lf.ones(3))
+        assert dist.get_world_size() == 2 and dist.get_rank() == 0 and dist.init() is g
+    finally:
+        dist.destroy()
+
+
+# -- many processes, through MPI --------------------------------------------------------------------------
+
+def _mpiexec() -> str | None:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    here = Path(sys.executable).with_name("mpiexec")
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+def _launch(n: int, scenario: str, seed: int = 0, timeout: float = 120, env: dict | None = None):
+    mpiexec = _mpiexec()
+    if mpiexec is None:
+        pytest.skip("mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")
+    e = dict(os.environ)
+    e.update(env or {})
+    e.setdefault("LANEFLOW_DIST_TIMEOUT", "60")
+    src = str(Path(lf.__file__).resolve().parents[1])
+    e["PYTHONPATH"] = src + os.pathsep + e.get("PYTHONPATH", "")
+    return subprocess.run([mpiexec, "-n", str(n), sys.executable, str(WORKER), scenario, str(seed)],
+                          capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def _oks(p, n: int, words: str) -> None:
+    for r in range(n):
+        assert f"rank {r} ok: {words}" in p.stdout, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("scenario, words", [("collectives", "collectives of 8 dtypes"), ("p2p", "ring"),
+                                             ("compiled", "compiled data-parallel step")])
+def test_collectives_across_processes_equal_numpy(n, scenario, words):
+    seed = int(np.random.default_rng().integers(1 << 20))
+    p = _launch(n, scenario, seed)
+    _oks(p, n, words)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_ranks_calling_different_shapes_fail_naming_both_and_stay_usable():
+    p = _launch(3, "mismatch")
+    _oks(p, 3, "mismatch: all_reduce: rank")
+    _oks(p, 3, "usable after the mismatch")
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_a_peer_that_never_comes_fails_the_others_within_the_timeout():
+    t0 = time.monotonic()
+    p = _launch(3, "absent", env={"LANEFLOW_DIST_TIMEOUT": "3"}, timeout=60)
+    for r in (0, 1):
+        assert f"rank {r} ok: timed out after" in p.stdout, (p.stdout[-2000:], p.stderr[-2000:])
+    assert "not every rank of the group took part within 3 s" in p.stdout
+    assert time.monotonic() - t0 < 40
