@@ -237,3 +237,22 @@ def test_a_peer_that_never_comes_fails_the_others_within_the_timeout():
         assert f"rank {r} ok: timed out after" in p.stdout, (p.stdout[-2000:], p.stderr[-2000:])
     assert "not every rank of the group took part within 3 s" in p.stdout
     assert time.monotonic() - t0 < 40
+
+
+def test_bench_distributed_quick_runs_and_every_rank_agrees(tmp_path):
+    if _mpiexec() is None:
+        pytest.skip("mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")
+    import json
+    out = tmp_path / "d.json"
+    src = str(Path(lf.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "laneflow", "bench", "distributed", "--quick", "--repeat", "3",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    names = {r["impl"] for r in rows}
+    assert {"laneflow all_reduce", "mpi4py Allreduce", "laneflow step", "laneflow compute alone"} <= names, names
+    assert all(r["error"] is None for r in rows), rows
+    assert all(r["matches"] for r in rows if r["impl"] in ("laneflow all_reduce", "laneflow step")), rows
+    step = next(r for r in rows if r["impl"] == "laneflow step")
+    assert "hidden_fraction" in step["extra"] and step["repeats"] == 3

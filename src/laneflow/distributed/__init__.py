@@ -32,13 +32,17 @@ from .rendezvous import RendezvousError
 BACKENDS = ("auto", "mpi", "local")
 
 
-def init(backend: str = "auto", *, timeout: float | None = None, env: Mapping[str, str] | None = None) -> Group:
+def init(backend: str = "auto", *, timeout: float | None = None, check: bool = True,
+         env: Mapping[str, str] | None = None) -> Group:
     """The world group of this launch, made on the first call (later calls return it).
 
     ``backend``: "auto" (MPI when an MPI launcher started this process, else a group of one),
     "mpi" (MPI even without a launcher's variables: a singleton MPI process is rank 0 of 1) or
     "local" (one process). ``timeout``: seconds a collective waits for the other ranks before it fails
-    (default ``LANEFLOW_DIST_TIMEOUT`` or 300). ``env``: the variables to read (default os.environ).
+    (default ``LANEFLOW_DIST_TIMEOUT`` or 300). ``check``: before each collective the ranks compare
+    what they were asked (a small gather: one more round trip per collective; ``check=False`` or
+    ``LANEFLOW_DIST_CHECK=0`` skips it, and ranks that disagree then exchange wrong data or time out).
+    ``env``: the variables to read (default os.environ).
     """
     if _state.WORLD is not None:
         return _state.WORLD
@@ -62,6 +66,7 @@ def init(backend: str = "auto", *, timeout: float | None = None, env: Mapping[st
         raise DistributedError(f"distributed.init: backend 'local' is one process, but the {info.launcher} launch "
                                f"has {info.world_size} ranks; use backend='auto'")
     group = Group(info, {}, timeout, "mpi" if use_mpi else "local")
+    group.check = bool(check) and os.environ.get("LANEFLOW_DIST_CHECK", "1") != "0"
     if use_mpi:
         from .mpi import MPITransport
         group.transports["cpu"] = MPITransport(group)

@@ -45,6 +45,8 @@ class Group:
         self._lanes: dict = {}
         self._lock = threading.Lock()
         self.broken: str | None = None
+        #: ranks compare each collective's signature before running it (``init(check=)``)
+        self.check = True
 
     def __repr__(self) -> str:
         return f"Group(rank={self.rank}, size={self.size}, backend={self.backend!r}, launcher={self.info.launcher!r})"

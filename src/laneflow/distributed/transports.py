@@ -16,6 +16,8 @@ from .group import DistributedError
 
 #: dtypes reduced in float32 (MPI has no half types; the result is rounded once, back to the dtype)
 HALF = frozenset((dt.float16, dt.bfloat16))
+#: seconds a wait polls without sleeping before it backs off (50 us doubling to 1 ms between polls)
+SPIN_S = 0.005
 
 
 def poll(test, group, op: str, seq: int) -> None:
@@ -24,18 +26,22 @@ def poll(test, group, op: str, seq: int) -> None:
     if test():
         return
     timeout = group.timeout
-    deadline = time.monotonic() + timeout
-    spins = 0
+    start = time.monotonic()
+    deadline = start + timeout
+    spin_until = start + SPIN_S
+    nap = 5e-5
     while not test():
-        spins += 1
-        if spins > 200:  # a few hundred fast polls for short waits, then sleep a little between polls
-            if time.monotonic() > deadline:
-                group.broken = f"{op} (collective #{seq}) timed out"
-                raise DistributedError(
-                    f"{op}: not every rank of the group took part within {timeout:g} s (collective #{seq}). A "
-                    "peer may have died or hung, or the ranks called different numbers of collectives. The "
-                    "group is now broken; restart the processes (lf.distributed.init(timeout=...) sets the limit)")
-            time.sleep(min(1e-3, 1e-6 * (spins - 200) + 1e-5))
+        now = time.monotonic()
+        if now < spin_until:  # a short wait is polled without sleeping (MPI's blocking calls spin too)
+            continue
+        if now > deadline:
+            group.broken = f"{op} (collective #{seq}) timed out"
+            raise DistributedError(
+                f"{op}: not every rank of the group took part within {timeout:g} s (collective #{seq}). A "
+                "peer may have died or hung, or the ranks called different numbers of collectives. The "
+                "group is now broken; restart the processes (lf.distributed.init(timeout=...) sets the limit)")
+        time.sleep(nap)
+        nap = min(nap * 2, 1e-3)
 
 
 def check_reduction(op: str, reduction: str, dtype: np.dtype) -> None:

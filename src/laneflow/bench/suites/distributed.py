@@ -1,0 +1,106 @@
+"""distributed: collectives between processes on CPU arrays through MPI (``lf.distributed``).
+
+The suite launches ``mpiexec -n 2 python -m laneflow.bench.dist_worker`` (the MPICH wheel of the
+``distributed`` extra) and reports rank 0's figures:
+
+- all-reduce of 1 to 64 MiB of float32 (``--quick``: 1 and 4): laneflow's ``all_reduce`` against
+  mpi4py's ``Allreduce`` on the same buffers (the transport alone, the floor laneflow adds to), with
+  the bus bandwidth 2 (n - 1) / n x bytes / time, as nccl-tests and torch report it;
+- a data-parallel step (8 layers of 1024 x 1024 float32, a batch of 512; quick: 4 layers of 256): each
+  layer's gradient is all-reduced as soon as it is made, and the rows "compute alone" and "all-reduces
+  alone" give the share of the communication hidden behind compute,
+  (compute + all-reduces - step) / all-reduces.
+
+Every rank checks its results against numpy; a row says ``ok`` only when all did. GPU collectives
+(NCCL against torch.distributed) need two GPUs and are not built yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..harness import Case, Result, skipped, suite
+
+RANKS = 2
+
+
+def _mpiexec() -> str | None:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    here = Path(sys.executable).with_name("mpiexec")
+    if here.exists():
+        return str(here)
+    import shutil
+    return shutil.which("mpiexec")
+
+
+@suite("distributed", "collectives between 2 processes (CPU arrays, MPI): all-reduce bandwidth and a data-parallel step")
+def run(ctx):
+    p = ctx.size(quick=dict(sizes="1,4", layers=4, width=256, batch=128),
+                 cpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512),
+                 gpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512))
+    mpiexec = _mpiexec()
+    head = Case("distributed", f"all-reduce over {RANKS} processes (CPU, MPI)", {}, None)
+    if mpiexec is None:
+        return [skipped(head, "laneflow", "mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "dist.json")
+        env = dict(os.environ)
+        src = str(Path(__file__).resolve().parents[3])
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+        cmd = [mpiexec, "-n", str(RANKS), sys.executable, "-m", "laneflow.bench.dist_worker", out,
+               "--repeat", str(ctx.repeat), "--sizes-mib", p["sizes"], "--layers", str(p["layers"]),
+               "--width", str(p["width"]), "--batch", str(p["batch"])]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        if proc.returncode != 0 or not os.path.exists(out):
+            res = Result("distributed", head.name, "laneflow", lanes=1)
+            res.error = f"mpiexec rc={proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
+            return [res]
+        with open(out) as f:
+            data = json.load(f)
+    return _allreduce_rows(data) + _data_parallel_rows(data)
+
+
+def _busbw(nbytes: int, seconds: float, n: int) -> float:
+    return 2 * (n - 1) / n * nbytes / seconds
+
+
+def _allreduce_rows(data: dict) -> list[Result]:
+    n, rows = data["ranks"], []
+    ok = data["ok_every_rank"]
+    for r in data["allreduce"]:
+        name = f"all-reduce of {r['mib']} MiB float32 over {n} processes (CPU, MPI)"
+        for impl, key, note in (("laneflow all_reduce", "laneflow", "issued on the communication lane, then lf.eval"),
+                                ("mpi4py Allreduce", "mpi4py", "the transport alone, same buffers")):
+            res = Result("distributed", name, impl, lanes=1, times=r[key], bytes=r["bytes"], checked=True,
+                         matches=bool(ok and r["ok"]), note=note)
+            res.extra["bus_GB_s"] = round(_busbw(r["bytes"], statistics.median(r[key]), n) / 1e9, 3)
+            rows.append(res)
+    return rows
+
+
+def _data_parallel_rows(data: dict) -> list[Result]:
+    dp, n = data["data_parallel"], data["ranks"]
+    name = (f"data-parallel step over {n} processes: {dp['layers']} layers {dp['width']}x{dp['width']} float32, "
+            f"batch {dp['batch']}, each gradient all-reduced (avg) as it is made")
+    med = {k: statistics.median(dp[k]) for k in ("step", "compute", "comm")}
+    hidden = (med["compute"] + med["comm"] - med["step"]) / med["comm"] if med["comm"] > 0 else 0.0
+    rows = []
+    for impl, key, note in (("laneflow step", "step", f"{max(hidden, 0.0):.0%} of the all-reduce time hidden "
+                                                      "behind compute"),
+                            ("laneflow compute alone", "compute", "the same step without all-reduces"),
+                            ("laneflow all-reduces alone", "comm", f"{dp['grad_bytes'] >> 20} MiB of gradients")):
+        res = Result("distributed", name, impl, lanes=2, times=dp[key], checked=key == "step",
+                     matches=bool(data["ok_every_rank"] and dp["ok"]) if key == "step" else None, note=note)
+        if key == "step":
+            res.extra["hidden_fraction"] = round(hidden, 3)
+        rows.append(res)
+    return rows
