@@ -154,6 +154,7 @@ def main() -> int:
     name = sys.argv[1]
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     lanes = int(os.environ.get("LANES", "2"))
+    lf.set_default_device(lf.cpu)  # CPU arrays: the MPI transport (a GPU machine's default is the GPU)
     g = dist.init()
     assert g.size > 1 and g.backend == "mpi", g
     SCENARIOS[name](g, seed, lanes)

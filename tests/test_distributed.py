@@ -167,8 +167,9 @@ def test_bad_collective_arguments_name_the_op(world, call, exc, words):
 
 def test_collectives_before_init_and_bad_init_arguments_say_what_to_do():
     dist.destroy()
+    cpu_ones = lf.array(np.ones(3), device=lf.cpu)
     with pytest.raises(dist.DistributedError, match=r"all_reduce: lf.distributed.init\(\) has not been called"):
-        dist.all_reduce(lf.ones(3))
+        dist.all_reduce(cpu_ones, stream=lf.cpu)
     with pytest.raises(ValueError, match="backend must be one of"):
         dist.init("gloo")
     with pytest.raises(ValueError, match="timeout must be positive"):
@@ -178,7 +179,7 @@ def test_collectives_before_init_and_bad_init_arguments_say_what_to_do():
     g = dist.init(env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
     try:  # a torchrun launch without MPI: no CPU transport, and the error says what would give one
         with pytest.raises(dist.DistributedError, match="CPU collectives between processes need an MPI launch"):
-            dist.all_reduce(lf.ones(3))
+            dist.all_reduce(cpu_ones, stream=lf.cpu)
         assert dist.get_world_size() == 2 and dist.get_rank() == 0 and dist.init() is g
     finally:
         dist.destroy()
