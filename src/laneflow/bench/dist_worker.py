@@ -100,7 +100,9 @@ def data_parallel(g, comm, layers: int, width: int, batch: int, repeat: int) -> 
             for w, nz in zip(reversed(ws), noise):
                 grad = (x.T @ (x @ w)) / batch if compute else nz
                 if reduce:
-                    grad = dist.all_reduce(grad, "avg")
+                    grad = dist.all_reduce(grad, "avg")  # issued at once: its input is computed now
+                else:
+                    lf.async_eval(grad)  # the same issue pattern without the all-reduce
                 new.append(w - 0.01 * grad)
         lf.eval(new)
         out["new"] = new[::-1]
