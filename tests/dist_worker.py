@@ -131,6 +131,23 @@ def mismatch(g: dist.Group, seed: int, lanes: int) -> None:
     raise AssertionError("no error for mismatched shapes")
 
 
+def recv_mismatch(g: dist.Group, seed: int, lanes: int) -> None:
+    """Rank 1 expects another shape than rank 0 sends: rank 1 fails naming both; rank 0's send completes."""
+    if g.rank == 0:
+        dist.send(lf.ones((5, 4), dtype=lf.float32), 1, tag=7)
+        dist.barrier()
+        print("rank 0 ok: sent", flush=True)
+        return
+    try:
+        lf.eval(dist.recv((4, 5), "float32", 0, tag=7))
+    except dist.DistributedError as e:
+        assert "rank 0 sent (5, 4) float32 with tag 7, this rank expected (4, 5) float32" in str(e), str(e)
+        print(f"rank {g.rank} ok: recv mismatch: {e}", flush=True)
+        dist.barrier()
+        return
+    raise AssertionError("no error for a recv of another shape")
+
+
 def absent(g: dist.Group, seed: int, lanes: int) -> None:
     """The last rank leaves without calling: the others fail within the timeout, never hang."""
     if g.rank == g.size - 1:
@@ -147,7 +164,7 @@ def absent(g: dist.Group, seed: int, lanes: int) -> None:
     raise AssertionError("no error with a rank absent")
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, p2p, compiled, mismatch, absent)}
+SCENARIOS = {f.__name__: f for f in (collectives, p2p, compiled, mismatch, recv_mismatch, absent)}
 
 
 def main() -> int:

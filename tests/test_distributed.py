@@ -4,7 +4,6 @@ multi-process collectives through MPI (mpiexec -n 2 and 4, tests/dist_worker.py)
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 
 import laneflow as lf
 from laneflow import distributed as dist
-from laneflow.distributed import rendezvous
+from laneflow.distributed import mpi, rendezvous
 from laneflow.distributed.launch import detect
 
 WORKER = Path(__file__).with_name("dist_worker.py")
@@ -187,17 +186,8 @@ def test_collectives_before_init_and_bad_init_arguments_say_what_to_do():
 
 # -- many processes, through MPI --------------------------------------------------------------------------
 
-def _mpiexec() -> str | None:
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return None
-    here = Path(sys.executable).with_name("mpiexec")
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
 def _launch(n: int, scenario: str, seed: int = 0, timeout: float = 120, env: dict | None = None):
-    mpiexec = _mpiexec()
+    mpiexec = mpi.mpiexec()
     if mpiexec is None:
         pytest.skip("mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")
     e = dict(os.environ)
@@ -231,6 +221,13 @@ def test_ranks_calling_different_shapes_fail_naming_both_and_stay_usable():
     assert p.returncode == 0, p.stderr[-3000:]
 
 
+def test_a_recv_of_another_shape_fails_naming_both_and_the_sender_is_not_left_waiting():
+    p = _launch(2, "recv_mismatch", timeout=60)
+    _oks(p, 1, "sent")
+    assert "rank 1 ok: recv mismatch" in p.stdout, (p.stdout[-2000:], p.stderr[-2000:])
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
 def test_a_peer_that_never_comes_fails_the_others_within_the_timeout():
     t0 = time.monotonic()
     p = _launch(3, "absent", env={"LANEFLOW_DIST_TIMEOUT": "3"}, timeout=60)
@@ -241,7 +238,7 @@ def test_a_peer_that_never_comes_fails_the_others_within_the_timeout():
 
 
 def test_bench_distributed_quick_runs_and_every_rank_agrees(tmp_path):
-    if _mpiexec() is None:
+    if mpi.mpiexec() is None:
         pytest.skip("mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")
     import json
     out = tmp_path / "d.json"

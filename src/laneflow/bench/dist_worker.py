@@ -23,20 +23,9 @@ import laneflow as lf
 from laneflow import distributed as dist
 
 
-def _timed(fn, repeat: int, comm) -> list[float]:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        comm.Barrier()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return times
-
-
-def _turns(fns, repeat: int, comm, out: dict) -> list[list[float]]:
-    """Each of ``fns`` warmed up, then one sample of each per repeat; ``out["first"]`` keeps the first
-    function's last result (the checked one)."""
+def _turns(fns, repeat: int, comm) -> list[list[float]]:
+    """Seconds per run of each of ``fns``: each warmed up, then one sample of each per repeat (taking
+    turns, so they see the same machine load), every sample started together on every rank."""
     times: list[list[float]] = [[] for _ in fns]
     for fn in fns:
         fn()
@@ -46,8 +35,6 @@ def _turns(fns, repeat: int, comm, out: dict) -> list[list[float]]:
             t = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t)
-            if k == 0:
-                out["first"] = out["new"]
     return times
 
 
@@ -72,9 +59,9 @@ def allreduce_rows(g, comm, sizes_mib, repeat: int) -> list[dict]:
         def mpi_run():
             comm.Allreduce(host, recv, MPI.SUM)
 
-        t_lf = _timed(laneflow_run, repeat, comm)
+        t_lf = _turns([laneflow_run], repeat, comm)[0]
         ok = bool(np.all(np.asarray(out["y"])[:: max(1, n // 1000)] == want))
-        t_mpi = _timed(mpi_run, repeat, comm)
+        t_mpi = _turns([mpi_run], repeat, comm)[0]
         ok = ok and bool(np.all(recv[:: max(1, n // 1000)] == want))
         rows.append({"mib": mib, "bytes": host.nbytes, "laneflow": t_lf, "mpi4py": t_mpi, "ok": ok})
     s.close()
@@ -109,8 +96,9 @@ def data_parallel(g, comm, layers: int, width: int, batch: int, repeat: int) -> 
 
     # the three variants take turns, one sample each per repeat, so they see the same machine load
     t_step, t_compute, t_comm = _turns([lambda: step(True, True), lambda: step(False, True),
-                                        lambda: step(True, False)], repeat, comm, out)
-    got = [np.asarray(w) for w in out["first"]]
+                                        lambda: step(True, False)], repeat, comm)
+    step(True, True)  # the step once more, to check
+    got = [np.asarray(w) for w in out["new"]]
     xs = comm.allgather(x_host)
     ok = True
     for w0, w1 in zip(ws_host, got):

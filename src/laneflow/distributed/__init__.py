@@ -65,16 +65,14 @@ def init(backend: str = "auto", *, timeout: float | None = None, check: bool = T
     if backend == "local" and info.world_size != 1:
         raise DistributedError(f"distributed.init: backend 'local' is one process, but the {info.launcher} launch "
                                f"has {info.world_size} ranks; use backend='auto'")
-    group = Group(info, {}, timeout, "mpi" if use_mpi else "local")
+    group = Group(info, timeout, "mpi" if use_mpi else "local")
     group.check = bool(check) and os.environ.get("LANEFLOW_DIST_CHECK", "1") != "0"
     if use_mpi:
         from .mpi import MPITransport
         group.transports["cpu"] = MPITransport(group)
-        group.backend = "mpi"
     elif info.world_size == 1:
         from .transports import LocalTransport
-        group.transports["cpu:make"] = lambda dev: LocalTransport(backend_for(dev))
-        group.transports["gpu:make"] = lambda dev: LocalTransport(backend_for(dev))
+        group.makers = {t: lambda dev: LocalTransport(backend_for(dev)) for t in ("cpu", "gpu")}
     _state.WORLD = group
     return group
 

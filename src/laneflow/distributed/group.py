@@ -31,15 +31,18 @@ class Group:
     """The ranks of a launch (``lf.distributed.init()`` makes the world group).
 
     ``rank`` and ``size`` are this process's place; ``transports`` maps a device type ("cpu", "gpu")
-    to what moves its arrays (MPI for the CPU, NCCL for GPUs). ``timeout`` (seconds) bounds how long a
+    to what moves its arrays (MPI for the CPU, later NCCL for GPUs), and ``makers`` to a function of the
+    device making one on first use (a group of one: copies). ``timeout`` (seconds) bounds how long a
     collective waits for the other ranks before it fails with :class:`DistributedError`.
     """
 
-    def __init__(self, info: LaunchInfo, transports: dict, timeout: float, backend: str):
+    def __init__(self, info: LaunchInfo, timeout: float, backend: str, transports: dict | None = None,
+                 makers: dict | None = None):
         self.info = info
         self.rank, self.size = info.rank, info.world_size
         self.local_rank = info.local_rank
-        self.transports = transports
+        self.transports = dict(transports or {})
+        self.makers = dict(makers or {})
         self.timeout = float(timeout)
         self.backend = backend
         self._lanes: dict = {}
@@ -57,14 +60,11 @@ class Group:
             raise DistributedError(f"{op}: this group is broken by an earlier failure ({self.broken}); "
                                    "restart the processes")
         t = self.transports.get(device.type)
-        if t is None:
-            t = self._make(device, op)
-        return t
-
-    def _make(self, device: Any, op: str) -> Any:
-        maker = self.transports.get(device.type + ":make")
+        if t is not None:
+            return t
+        maker = self.makers.get(device.type)
         if maker is None:
-            have = ", ".join(k for k in self.transports if ":" not in k) or "none"
+            have = ", ".join([*self.transports, *self.makers]) or "none"
             why = {"cpu": "CPU collectives between processes need an MPI launch (mpirun / mpiexec) and "
                           "mpi4py: pip install 'laneflow[distributed]'",
                    "gpu": "GPU collectives need nccl4py (pip install nccl4py) and a launch with one GPU per rank"}
@@ -103,6 +103,7 @@ class Group:
             lanes, self._lanes = list(self._lanes.values()), {}
         for lane in lanes:
             lane.close()
-        for k, t in list(self.transports.items()):
-            if ":" not in k and hasattr(t, "close"):
-                t.close()
+        for t in self.transports.values():
+            close = getattr(t, "close", None)
+            if close is not None:
+                close()

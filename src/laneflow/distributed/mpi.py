@@ -17,10 +17,10 @@ import numpy as np
 
 from .. import dtypes as dt
 from .group import DistributedError
-from .signature import WIDTH, disagreement, row
+from .signature import WIDTH, array_of, disagreement, row
 from .transports import HALF, poll
 
-_BROKEN_GROUPS: list = []
+_GROUPS: list = []
 #: seconds a rank whose group broke waits at exit before aborting the launch
 ABORT_GRACE_S = 2.0
 
@@ -35,8 +35,22 @@ def world():
     return MPI
 
 
+def mpiexec() -> str | None:
+    """The ``mpiexec`` that launches processes for this Python (the mpich wheel's, beside the
+    interpreter, else the first on PATH), or None when it or mpi4py is missing. Does not start MPI."""
+    import importlib.util
+    import shutil
+    import sys
+    from pathlib import Path
+    if importlib.util.find_spec("mpi4py") is None:
+        return None
+    here = Path(sys.executable).with_name("mpiexec")
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
 def _bytes(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    """The bytes of a contiguous array (outputs are; inputs are made so), as MPI moves them."""
+    return a.reshape(-1).view(np.uint8)
 
 
 def _work(dtype: np.dtype) -> np.dtype:
@@ -63,9 +77,9 @@ class MPITransport:
             raise DistributedError(f"distributed.init: MPI says rank {self.comm.Get_rank()} of "
                                    f"{self.comm.Get_size()}, the launcher's variables rank {group.rank} of "
                                    f"{group.size}; launch with mpirun/mpiexec alone")
-        if not _BROKEN_GROUPS:
+        if not _GROUPS:
             atexit.register(_abort_if_broken)
-        _BROKEN_GROUPS.append(group)
+        _GROUPS.append(group)
 
     def _wait(self, req, op: str) -> None:
         poll(req.Test, self.group, op, self.seq)
@@ -97,9 +111,9 @@ class MPITransport:
             if op == "broadcast":
                 if self.group.rank == prim.root:
                     np.copyto(out, x)
-                self._wait(comm.Ibcast(_bytes(out) if out.flags.c_contiguous else out, root=prim.root), op)
+                self._wait(comm.Ibcast(_bytes(out), root=prim.root), op)
             else:
-                self._wait(comm.Iallgather(_bytes(x), out.reshape(-1).view(np.uint8)), op)
+                self._wait(comm.Iallgather(_bytes(x), _bytes(out)), op)
             return
         work = _work(dtype)
         send = x.astype(work, copy=False)
@@ -130,15 +144,12 @@ class MPITransport:
         self._wait(comm.Irecv(head, source=prim.root, tag=2 * tag + 1), op)
         want = row(0, "broadcast", None, None, out.shape, out.dtype)
         if np.array_equal(head, want):
-            self._wait(comm.Irecv(out.reshape(-1).view(np.uint8), source=prim.root, tag=2 * tag), op)
+            self._wait(comm.Irecv(_bytes(out), source=prim.root, tag=2 * tag), op)
             return
-        from .signature import describe
-        ndim = int(head[5])
-        nbytes = int(np.prod(head[6:6 + ndim], dtype=np.int64)) * 16  # (large enough for any dtype)
+        nbytes = int(np.prod(head[6:6 + int(head[5])], dtype=np.int64)) * 16  # (large enough for any dtype)
         self._wait(comm.Irecv(np.empty(nbytes, np.uint8), source=prim.root, tag=2 * tag), op)
-        got, exp = describe(head).split(" of ", 1)[1], describe(want).split(" of ", 1)[1]
-        raise DistributedError(f"recv: rank {prim.root} sent {got.split(' (')[0]} with tag {tag}, this rank "
-                               f"expected {exp.split(' (')[0]}; give recv the sender's shape and dtype")
+        raise DistributedError(f"recv: rank {prim.root} sent {array_of(head)} with tag {tag}, this rank expected "
+                               f"{array_of(want)}; give recv the sender's shape and dtype")
 
     def close(self) -> None:
         pass
@@ -147,7 +158,7 @@ class MPITransport:
 def _abort_if_broken() -> None:
     """At exit: a group whose collective timed out holds a request MPI_Finalize may wait on forever;
     abort the launch instead (mpiexec then stops every rank)."""
-    for g in _BROKEN_GROUPS:
+    for g in _GROUPS:
         if g.broken is not None:
             try:
                 import sys

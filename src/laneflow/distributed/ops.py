@@ -17,7 +17,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..graph import tracer as _tracer
 from ..graph.node import Primitive
-from ..ops.core import as_int, normalize_axis, operand, outputs, stream_of
+from ..ops.core import as_int, check_shape, normalize_axis, operand, outputs, stream_of
 from .group import DistributedError, Group
 from .transports import check_reduction
 
@@ -65,15 +65,38 @@ def _issue(arrays: tuple) -> None:
         async_eval(list(arrays))
 
 
-def _collective(op: str, x: Any, group: Group | None, stream: Any, spec, reduction=None, root=None,
-                tag: int = 0) -> Array:
-    g = _group(group, op)
-    st = stream_of(stream, op)
-    d = operand(x, st, op) if x is not None else None
+def _collective(op: str, g: Group, st: Any, d: Any, shape: tuple, dtype: np.dtype, reduction=None,
+                root=None, tag: int = 0) -> Array:
+    """The node of one collective reading ``d`` (an ArrayData, or None) on ``st``, issued at once."""
     prim = Collective(op, g, g.transport(st.device, op), reduction, root, tag)
-    out = outputs(prim, [d] if d is not None else [], [spec(d)], st)[0]
+    out = outputs(prim, [d] if d is not None else [], [(shape, dtype)], st)[0]
     _issue((out,))
     return out
+
+
+def _args(op: str, x: Any, group: Group | None, stream: Any) -> tuple:
+    """(group, stream, x's ArrayData on the stream's device): every collective's arguments, resolved once."""
+    g = _group(group, op)
+    st = stream_of(stream, op)
+    return g, st, operand(x, st, op)
+
+
+def _axis_first(op: str, d: Any, axis: Any) -> tuple:
+    """(axis, d with that axis moved to the front): MPI and NCCL gather and scatter along axis 0."""
+    if not d.shape:
+        raise ValueError(f"{op}: x is 0-d; it needs an axis (lf.expand_dims(x, 0) makes one)")
+    ax = normalize_axis(axis, len(d.shape), op)
+    if ax == 0:
+        return 0, d
+    from .. import _ops_namespace as lfo
+    return ax, lfo.moveaxis(Array._wrap(d), ax, 0)._data
+
+
+def _axis_back(out: Array, ax: int) -> Array:
+    if ax == 0:
+        return out
+    from .. import _ops_namespace as lfo
+    return lfo.moveaxis(out, 0, ax)
 
 
 def _reduction(op: str, reduction: Any, dtype: np.dtype) -> str:
@@ -96,54 +119,40 @@ def all_reduce(x: Any, op: str = "sum", *, group: Group | None = None, stream: A
 
     >>> g = lf.distributed.all_reduce(grad)          # the sum of every rank's grad
     """
-    st = stream_of(stream, "all_reduce")
-    d = operand(x, st, "all_reduce")
+    g, st, d = _args("all_reduce", x, group, stream)
     red = _reduction("all_reduce", op, d.dtype)
-    return _collective("all_reduce", Array._wrap(d), group, st, lambda d: (d.shape, d.dtype), red)
+    return _collective("all_reduce", g, st, d, d.shape, d.dtype, red)
 
 
 def all_gather(x: Any, *, axis: int = 0, group: Group | None = None, stream: Any = None) -> Array:
     """Every rank's ``x`` concatenated along ``axis``, in rank order (every rank's ``x`` has the same
     shape and dtype)."""
-    g = _group(group, "all_gather")
-    st = stream_of(stream, "all_gather")
-    d = operand(x, st, "all_gather")
-    if not d.shape:
-        raise ValueError("all_gather: x is 0-d; gather along a new axis with lf.expand_dims(x, 0) first")
-    ax = normalize_axis(axis, len(d.shape), "all_gather")
-    from .. import _ops_namespace as lfo
-    x0 = Array._wrap(d) if ax == 0 else lfo.moveaxis(Array._wrap(d), ax, 0)
-    out = _collective("all_gather", x0, g, st, lambda d: ((g.size * d.shape[0], *d.shape[1:]), d.dtype))
-    return out if ax == 0 else lfo.moveaxis(out, 0, ax)
+    g, st, d = _args("all_gather", x, group, stream)
+    ax, d0 = _axis_first("all_gather", d, axis)
+    out = _collective("all_gather", g, st, d0, (g.size * d0.shape[0], *d0.shape[1:]), d0.dtype)
+    return _axis_back(out, ax)
 
 
 def reduce_scatter(x: Any, op: str = "sum", *, axis: int = 0, group: Group | None = None,
                    stream: Any = None) -> Array:
     """The reduction of every rank's ``x`` (as :func:`all_reduce`), split into ``group.size`` equal
     blocks along ``axis``; rank r gets block r. ``x.shape[axis]`` must divide by the group's size."""
-    g = _group(group, "reduce_scatter")
-    st = stream_of(stream, "reduce_scatter")
-    d = operand(x, st, "reduce_scatter")
+    g, st, d = _args("reduce_scatter", x, group, stream)
     red = _reduction("reduce_scatter", op, d.dtype)
-    if not d.shape:
-        raise ValueError("reduce_scatter: x is 0-d; it needs an axis to split")
-    ax = normalize_axis(axis, len(d.shape), "reduce_scatter")
-    if d.shape[ax] % g.size:
+    ax, d0 = _axis_first("reduce_scatter", d, axis)
+    if d0.shape[0] % g.size:
         raise ValueError(f"reduce_scatter: x of shape {d.shape} cannot be split along axis {ax} into {g.size} "
-                         f"equal blocks ({d.shape[ax]} is not a multiple of the group size {g.size})")
-    from .. import _ops_namespace as lfo
-    x0 = Array._wrap(d) if ax == 0 else lfo.moveaxis(Array._wrap(d), ax, 0)
-    out = _collective("reduce_scatter", x0, g, st,
-                      lambda d: ((d.shape[0] // g.size, *d.shape[1:]), d.dtype), red)
-    return out if ax == 0 else lfo.moveaxis(out, 0, ax)
+                         f"equal blocks ({d0.shape[0]} is not a multiple of the group size {g.size})")
+    out = _collective("reduce_scatter", g, st, d0, (d0.shape[0] // g.size, *d0.shape[1:]), d0.dtype, red)
+    return _axis_back(out, ax)
 
 
 def broadcast(x: Any, root: int = 0, *, group: Group | None = None, stream: Any = None) -> Array:
     """Rank ``root``'s ``x`` on every rank (the others pass an array of the same shape and dtype; its
     values are not read)."""
-    g = _group(group, "broadcast")
+    g, st, d = _args("broadcast", x, group, stream)
     r = _rank_arg(root, "root", g, "broadcast")
-    return _collective("broadcast", x, g, stream, lambda d: (d.shape, d.dtype), None, r)
+    return _collective("broadcast", g, st, d, d.shape, d.dtype, None, r)
 
 
 def _tag(tag: Any, op: str) -> int:
@@ -156,28 +165,27 @@ def _tag(tag: Any, op: str) -> int:
 def send(x: Any, dst: int, *, tag: int = 0, group: Group | None = None, stream: Any = None) -> None:
     """Send ``x`` to rank ``dst`` (which calls :func:`recv` with this rank, the same tag, shape and
     dtype). Issued at once; returns nothing."""
-    g = _group(group, "send")
+    g, st, d = _args("send", x, group, stream)
     r = _rank_arg(dst, "dst", g, "send")
     if r == g.rank:
         raise ValueError(f"send: dst {r} is this rank; a rank cannot send to itself")
-    _collective("send", x, g, stream, lambda d: ((0,), dt.uint8), None, r, _tag(tag, "send"))
+    _collective("send", g, st, d, (0,), dt.uint8, None, r, _tag(tag, "send"))
 
 
 def recv(shape: Any, dtype: Any, src: int, *, tag: int = 0, group: Group | None = None,
          stream: Any = None) -> Array:
     """The array of ``shape`` and ``dtype`` that rank ``src`` sends with ``tag``."""
-    from ..ops.core import check_shape
     g = _group(group, "recv")
     r = _rank_arg(src, "src", g, "recv")
     if r == g.rank:
         raise ValueError(f"recv: src {r} is this rank; a rank cannot receive from itself")
-    shp, dty = check_shape(shape, "recv"), dt.dtype(dtype)
-    return _collective("recv", None, g, stream, lambda d: (shp, dty), None, r, _tag(tag, "recv"))
+    return _collective("recv", g, stream_of(stream, "recv"), None, check_shape(shape, "recv"), dt.dtype(dtype),
+                       None, r, _tag(tag, "recv"))
 
 
 def barrier(*, group: Group | None = None, stream: Any = None) -> None:
     """Wait on the host until every rank of the group has reached this barrier (and this rank's earlier
     collectives on the stream's device have run)."""
     from ..evaluation import eval as _eval
-    token = _collective("barrier", None, _group(group, "barrier"), stream, lambda d: ((0,), dt.uint8))
-    _eval(token)
+    g = _group(group, "barrier")
+    _eval(_collective("barrier", g, stream_of(stream, "barrier"), None, (0,), dt.uint8))

@@ -26,17 +26,22 @@ def row(seq: int, op: str, reduction: str | None, root: int | None, shape: tuple
     return r
 
 
+def array_of(r: np.ndarray) -> str:
+    """The array a row describes: '(4, 3) float32'."""
+    dtc, ndim = int(r[4]), int(r[5])
+    shape = tuple(int(v) for v in r[6:6 + min(ndim, MAX_DIMS)])
+    return f"{shape} {_DTYPES[dtc] if 0 <= dtc < len(_DTYPES) else '?'}"
+
+
 def describe(r: np.ndarray) -> str:
     """A row in words: 'all_reduce(sum) of (4, 3) float32' (call number and root included)."""
-    seq, op, red, root, dtc, ndim = (int(v) for v in r[:6])
-    shape = tuple(int(v) for v in r[6:6 + min(ndim, MAX_DIMS)])
+    seq, op, red, root = (int(v) for v in r[:4])
     name = OPS[op] if 0 <= op < len(OPS) else f"op #{op}"
     if REDUCTIONS[red] if 0 <= red < len(REDUCTIONS) else None:
         name += f"({REDUCTIONS[red]})"
     if root >= 0:
         name += f" from root {root}"
-    dtype = _DTYPES[dtc] if 0 <= dtc < len(_DTYPES) else "?"
-    return f"{name} of {shape} {dtype} (collective #{seq} of its group)"
+    return f"{name} of {array_of(r)} (collective #{seq} of its group)"
 
 
 def disagreement(rows: np.ndarray, rank: int) -> str | None:

@@ -25,21 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ...distributed import mpi
 from ..harness import Case, Result, skipped, suite
 
 RANKS = 2
-
-
-def _mpiexec() -> str | None:
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return None
-    here = Path(sys.executable).with_name("mpiexec")
-    if here.exists():
-        return str(here)
-    import shutil
-    return shutil.which("mpiexec")
 
 
 @suite("distributed", "collectives between 2 processes (CPU arrays, MPI): all-reduce bandwidth and a data-parallel step")
@@ -47,7 +36,7 @@ def run(ctx):
     p = ctx.size(quick=dict(sizes="1,4", layers=4, width=256, batch=128),
                  cpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512),
                  gpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512))
-    mpiexec = _mpiexec()
+    mpiexec = mpi.mpiexec()
     head = Case("distributed", f"all-reduce over {RANKS} processes (CPU, MPI)", {}, None)
     if mpiexec is None:
         return [skipped(head, "laneflow", "mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")]
