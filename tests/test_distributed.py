@@ -133,8 +133,126 @@ def test_a_group_of_one_copies_on_every_backend(device, rng, world):
     f = lf.compile(lambda v: dist.all_reduce(v, "max") - v)
     for _ in range(3):
         np.testing.assert_array_equal(np.asarray(f(x)), np.zeros_like(a))
-    assert f.stats()[0]["note"] == "collectives run as commands on their communication lane"
+    # a copy is no call between processes: the whole plan becomes the backend's executor
+    assert f.stats()[0]["mode"] == ("cuda graph" if device.type == "gpu" else "one command")
     s.close()
+
+
+def _nccl_or_skip():
+    if not lf.gpu_available():
+        pytest.skip("no GPU: NCCL needs one")
+    try:
+        from laneflow.distributed import nccl
+        return nccl.version()
+    except dist.DistributedError as e:
+        pytest.skip(f"NCCL unavailable: {str(e)[:120]}")
+
+
+@pytest.fixture
+def nccl_world():
+    _nccl_or_skip()
+    dist.destroy()
+    g = dist.init(gpu="nccl", env={})
+    yield g
+    dist.destroy()
+
+
+def test_nccl_group_of_one_equals_numpy_eager_and_in_a_cuda_graph(nccl_world, rng):
+    """NCCL on one GPU, rank 0 of 1: every collective, every dtype NCCL moves, on laneflow's streams;
+    then the same collectives captured into lf.compile's CUDA graph, mixed with eager ones."""
+    s = lf.new_stream(lf.gpu, lanes=2)
+    for dtype in ("float32", "bfloat16", "float16", "float64", "int32", "int64", "int8", "uint8", "complex64"):
+        a = (rng.standard_normal((6, 4)) * 10).astype(np.float32)
+        a = a.astype(dtype) if dtype != "bfloat16" else a
+        with lf.stream(s):
+            x = lf.array(a).astype(dtype)
+            ref = np.asarray(x)
+            outs = [dist.all_reduce(x), dist.all_gather(x, axis=1), dist.reduce_scatter(x), dist.broadcast(x, 0)]
+            if np.dtype(ref.dtype).kind == "f" or dtype == "bfloat16":
+                outs.append(dist.all_reduce(x, "avg"))
+            if np.dtype(ref.dtype).kind != "c":
+                outs += [dist.all_reduce(x, "max"), dist.all_reduce(x, "min"), dist.all_reduce(x, "prod")]
+        for got in outs:
+            np.testing.assert_array_equal(np.asarray(got), ref, err_msg=dtype)
+    t = nccl_world.transports[lf.gpu.type]
+    assert t.name == "nccl" and t.seq >= 9 * 4
+    flags = lf.array(rng.standard_normal(5) > 0)
+    np.testing.assert_array_equal(np.asarray(dist.all_reduce(flags, "max")), np.asarray(flags))
+    dist.barrier(stream=s)
+
+    f = lf.compile(lambda v, w: dist.all_reduce(v * 2, "sum") + dist.all_gather(w, axis=0).sum())
+    for _ in range(4):
+        v = rng.standard_normal((8, 16)).astype(np.float32)
+        w = rng.standard_normal((3,)).astype(np.float32)
+        with lf.stream(s):
+            eager = dist.all_reduce(lf.array(v))  # an eager collective between graph launches
+            got = f(lf.array(v), lf.array(w))
+        np.testing.assert_allclose(np.asarray(got), v * 2 + w.sum(), rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(eager), v)
+    st = f.stats()[0]
+    assert st["mode"] == "cuda graph" and st["launches"] >= 2, st
+    assert nccl_world.broken is None and not t.failed
+    s.close()
+
+
+_STUCK = r'''
+import laneflow as lf
+from laneflow import distributed as dist
+g = dist.init(gpu="nccl", timeout=0.5, env={})
+spin = lf.cuda.kernel("""extern "C" __global__ void spin(float* out, long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+    out[0] = 1.0f;
+}""", "spin", num_inputs=0, scalars=("int64",))
+s = lf.new_stream(lf.gpu, lanes=1)
+with lf.stream(s):
+    x = lf.ones((4,), dtype=lf.float32)
+    flag = spin(outputs=[((1,), lf.float32)], grid=1, block=1, scalars=(4 * 10**9,))
+    y = dist.all_reduce(x + flag.sum())  # behind the spinning kernel: about 2 s at 2 GHz
+    z = y * 3
+try:
+    lf.eval(z)
+    print("EVAL PASSED")
+except Exception as e:
+    print("EVAL RAISED", type(e).__name__, e)
+print("BROKEN", g.broken)
+try:
+    dist.all_reduce(x)
+except Exception as e:
+    print("AFTER", type(e).__name__, e)
+'''
+
+
+def test_a_nccl_collective_stuck_past_the_timeout_fails_its_values_and_breaks_the_group():
+    """The watchdog: a collective queued behind a kernel that spins longer than the group's timeout
+    is failed, the communicator aborted, and its value (and what is computed from it) raises at the
+    host wait naming the op; the group then refuses new collectives. In a process of its own: an
+    aborted communicator may leave the CUDA context unusable."""
+    _nccl_or_skip()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(lf.__file__).parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", _STUCK], capture_output=True, text=True, timeout=120, env=env)
+    out = r.stdout + r.stderr
+    assert "EVAL RAISED DistributedError all_reduce (collective #1)" in out and "within 0.5 s" in out, out
+    assert "BROKEN all_reduce (collective #1) failed" in out, out
+    assert "AFTER DistributedError all_reduce: this group is broken" in out, out
+
+
+def test_nccl_errors_say_what_to_do(monkeypatch):
+    from laneflow.distributed import nccl
+    monkeypatch.setattr(nccl, "_lib", None)
+    monkeypatch.setitem(sys.modules, "nccl", None)  # nccl4py absent
+    with pytest.raises(dist.DistributedError, match=r"need nccl4py.*pip install 'laneflow\[nccl\]'"):
+        nccl.bindings()
+    with pytest.raises(ValueError, match="gpu must be one of"):
+        dist.init(gpu="gloo", env={})
+    with pytest.raises(dist.DistributedError, match="gpu='local' is one process"):
+        dist.init(gpu="local", env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
+    info = detect({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    assert rendezvous.port(info, {}) == 29501 and rendezvous.port(info, {"LANEFLOW_RDZV_PORT": "4000"}) == 4000
+    with pytest.raises(rendezvous.RendezvousError, match="LANEFLOW_RDZV_PORT='x' is not a port"):
+        rendezvous.port(info, {"LANEFLOW_RDZV_PORT": "x"})
+    assert nccl._NCCL_DTYPE[np.dtype(lf.bfloat16)] == 9 and nccl._NCCL_DTYPE[np.dtype("float32")] == 7
 
 
 def test_collectives_run_on_the_groups_communication_lane(world):

@@ -1,9 +1,10 @@
 """One rank of ``bench distributed`` (the suite launches it with mpiexec; rank 0 writes the JSON).
 
-    mpiexec -n 2 python -m laneflow.bench.dist_worker OUT.json [--repeat 10] [--sizes-mib 1,4,16,64]
+    mpiexec -n 2 python -m laneflow.bench.dist_worker OUT.json [--repeat 10] [--sizes-mib 1,4,16,64] [--device gpu]
 
-Measures, on CPU arrays through MPI: all-reduce time per size, laneflow's ``all_reduce`` against
-mpi4py's ``Allreduce`` on the same buffers (the transport alone); and a data-parallel step whose
+Measures all-reduce time per size: on CPU arrays through MPI, laneflow's ``all_reduce`` against
+mpi4py's ``Allreduce`` on the same buffers (the transport alone); on GPUs (``--device gpu``, rank r on
+GPU LOCAL_RANK) through NCCL, against torch.distributed's NCCL all-reduce. And a data-parallel step whose
 per-layer gradients are all-reduced as soon as each is made, against the same step's compute alone
 and its all-reduces alone, which says how much of the communication the encoder hid behind compute.
 Every rank checks its results against numpy.
@@ -38,10 +39,11 @@ def _turns(fns, repeat: int, comm) -> list[list[float]]:
     return times
 
 
-def allreduce_rows(g, comm, sizes_mib, repeat: int) -> list[dict]:
-    from mpi4py import MPI
+def allreduce_rows(g, comm, sizes_mib, repeat: int, device, peer) -> list[dict]:
+    """laneflow's all_reduce against the peer's (mpi4py on the CPU, torch.distributed's NCCL on GPUs)
+    per size; ``peer(host)`` returns (run, result-to-numpy) for the same values."""
     rows = []
-    s = lf.new_stream(lf.cpu, lanes=1)
+    s = lf.new_stream(device, lanes=1)
     for mib in sizes_mib:
         n = mib * (1 << 20) // 4
         host = np.full(n, g.rank + 1, np.float32)
@@ -54,26 +56,61 @@ def allreduce_rows(g, comm, sizes_mib, repeat: int) -> list[dict]:
             out["y"] = dist.all_reduce(x, stream=s)
             lf.eval(out["y"])
 
-        recv = np.empty_like(host)
-
-        def mpi_run():
-            comm.Allreduce(host, recv, MPI.SUM)
-
+        peer_run, peer_result = peer(host)
         t_lf = _turns([laneflow_run], repeat, comm)[0]
         ok = bool(np.all(np.asarray(out["y"])[:: max(1, n // 1000)] == want))
-        t_mpi = _turns([mpi_run], repeat, comm)[0]
-        ok = ok and bool(np.all(recv[:: max(1, n // 1000)] == want))
-        rows.append({"mib": mib, "bytes": host.nbytes, "laneflow": t_lf, "mpi4py": t_mpi, "ok": ok})
+        out.clear()
+        t_peer = _turns([peer_run], repeat, comm)[0]
+        ok = ok and bool(np.all(peer_result()[:: max(1, n // 1000)] == want))
+        rows.append({"mib": mib, "bytes": host.nbytes, "laneflow": t_lf, "peer": t_peer, "ok": ok})
     s.close()
     return rows
 
 
-def data_parallel(g, comm, layers: int, width: int, batch: int, repeat: int) -> dict:
+def mpi_peer(comm):
+    from mpi4py import MPI
+
+    def make(host):
+        recv = np.empty_like(host)
+        return (lambda: comm.Allreduce(host, recv, MPI.SUM)), (lambda: recv)
+    return make
+
+
+def torch_peer(g, comm, local: int):
+    """torch.distributed with NCCL on this rank's GPU (rendezvous at a port rank 0 picks); out of
+    place as laneflow's: a copy into the result, then the in-place all-reduce."""
+    import socket
+
+    import torch
+    import torch.distributed as tdist
+    port = None
+    if g.rank == 0:
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    torch.cuda.set_device(local)
+    tdist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=g.rank, world_size=g.size,
+                             device_id=torch.device("cuda", local))
+
+    def make(host):
+        x = torch.from_numpy(host).cuda()
+        y = torch.empty_like(x)
+
+        def run():
+            y.copy_(x)
+            tdist.all_reduce(y)
+            torch.cuda.synchronize()
+        return run, (lambda: y.cpu().numpy())
+    return make
+
+
+def data_parallel(g, comm, layers: int, width: int, batch: int, repeat: int, device) -> dict:
     """Per layer (last first): grad = x.T @ (x @ W) / batch, all-reduced (avg) at once, then applied."""
     rng = np.random.default_rng(7)
     ws_host = [rng.standard_normal((width, width)).astype(np.float32) / np.sqrt(width) for _ in range(layers)]
     x_host = np.random.default_rng(100 + g.rank).standard_normal((batch, width)).astype(np.float32)
-    s = lf.new_stream(lf.cpu, lanes=2)
+    s = lf.new_stream(device, lanes=2)
     with lf.stream(s):
         ws = [lf.array(w) for w in ws_host]
         x = lf.array(x_host)
@@ -117,16 +154,24 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+                    help="gpu: each rank on GPU LOCAL_RANK, collectives through NCCL (peer: torch.distributed)")
     a = ap.parse_args()
-    lf.set_default_device(lf.cpu)  # CPU arrays: the MPI transport (a GPU machine's default is the GPU)
-    g = dist.init()
-    # the ranks share the machine: BLAS threads per rank, so compute does not oversubscribe the cores
-    from threadpoolctl import threadpool_limits
-    threadpool_limits(max(1, (os.cpu_count() or 2) // (2 * g.size)))
+    # gpu="nccl": NCCL even when the launch has one rank (one GPU), so the path measured is NCCL's
+    g = dist.init(gpu="nccl")
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    res = {"ranks": g.size, "allreduce": allreduce_rows(g, comm, [int(v) for v in a.sizes_mib.split(",")], a.repeat),
-           "data_parallel": data_parallel(g, comm, a.layers, a.width, a.batch, a.repeat)}
+    if a.device == "cpu":
+        device, peer = lf.cpu, mpi_peer(comm)
+        # the ranks share the machine: BLAS threads per rank, so compute does not oversubscribe the cores
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(max(1, (os.cpu_count() or 2) // (2 * g.size)))
+    else:
+        device, peer = lf.Device("gpu", g.local_rank), torch_peer(g, comm, g.local_rank)
+    lf.set_default_device(device)  # (a GPU machine's default is the GPU: CPU rows pin the CPU)
+    sizes = [int(v) for v in a.sizes_mib.split(",")]
+    res = {"ranks": g.size, "device": a.device, "allreduce": allreduce_rows(g, comm, sizes, a.repeat, device, peer),
+           "data_parallel": data_parallel(g, comm, a.layers, a.width, a.batch, a.repeat, device)}
     oks = comm.allgather(all(r["ok"] for r in res["allreduce"]) and res["data_parallel"]["ok"])
     res["ok_every_rank"] = all(oks)
     if g.rank == 0:

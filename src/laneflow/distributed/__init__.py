@@ -30,15 +30,18 @@ from .ops import all_gather, all_reduce, barrier, broadcast, recv, reduce_scatte
 from .rendezvous import RendezvousError
 
 BACKENDS = ("auto", "mpi", "local")
+GPU_BACKENDS = ("auto", "nccl", "local")
 
 
-def init(backend: str = "auto", *, timeout: float | None = None, check: bool = True,
+def init(backend: str = "auto", *, gpu: str = "auto", timeout: float | None = None, check: bool = True,
          env: Mapping[str, str] | None = None) -> Group:
     """The world group of this launch, made on the first call (later calls return it).
 
     ``backend``: "auto" (MPI when an MPI launcher started this process, else a group of one),
     "mpi" (MPI even without a launcher's variables: a singleton MPI process is rank 0 of 1) or
-    "local" (one process). ``timeout``: seconds a collective waits for the other ranks before it fails
+    "local" (one process). ``gpu``: what moves GPU arrays: "auto" (NCCL when the group has more than
+    one rank, copies in a group of one), "nccl" (NCCL even in a group of one: one process on one GPU
+    exercises the whole path) or "local" (a group of one only). ``timeout``: seconds a collective waits for the other ranks before it fails
     (default ``LANEFLOW_DIST_TIMEOUT`` or 300). ``check``: before each collective the ranks compare
     what they were asked (a small gather: one more round trip per collective; ``check=False`` or
     ``LANEFLOW_DIST_CHECK=0`` skips it, and ranks that disagree then exchange wrong data or time out).
@@ -56,6 +59,8 @@ def init(backend: str = "auto", *, timeout: float | None = None, check: bool = T
             raise ValueError(f"distributed.init: LANEFLOW_DIST_TIMEOUT={raw!r} is not a number of seconds") from None
     if not timeout > 0:
         raise ValueError(f"distributed.init: timeout must be positive seconds, got {timeout!r}")
+    if gpu not in GPU_BACKENDS:
+        raise ValueError(f"distributed.init: gpu must be one of {', '.join(map(repr, GPU_BACKENDS))}, got {gpu!r}")
     info = detect(env)
     use_mpi = backend == "mpi" or (backend == "auto" and info.under_mpi)
     if use_mpi and info.launcher == "none":
@@ -67,14 +72,32 @@ def init(backend: str = "auto", *, timeout: float | None = None, check: bool = T
                                f"has {info.world_size} ranks; use backend='auto'")
     group = Group(info, timeout, "mpi" if use_mpi else "local")
     group.check = bool(check) and os.environ.get("LANEFLOW_DIST_CHECK", "1") != "0"
+    if gpu == "local" and info.world_size != 1:
+        raise DistributedError(f"distributed.init: gpu='local' is one process, but the {info.launcher} launch "
+                               f"has {info.world_size} ranks; use gpu='auto' (NCCL)")
+    side = None
     if use_mpi:
         from .mpi import MPITransport
         group.transports["cpu"] = MPITransport(group)
+        side = group.transports["cpu"].comm.Dup()  # NCCL's unique ids and signatures, apart from the CPU lane's calls
     elif info.world_size == 1:
-        from .transports import LocalTransport
-        group.makers = {t: lambda dev: LocalTransport(backend_for(dev)) for t in ("cpu", "gpu")}
+        group.makers["cpu"] = _local
+    if gpu == "nccl" or (gpu == "auto" and info.world_size > 1):
+        group.makers["gpu"] = lambda dev: _nccl(group, dev, side)
+    else:
+        group.makers["gpu"] = _local
     _state.WORLD = group
     return group
+
+
+def _local(dev):
+    from .transports import LocalTransport
+    return LocalTransport(backend_for(dev))
+
+
+def _nccl(group: Group, dev, side):
+    from .nccl import NCCLTransport
+    return NCCLTransport(group, dev, side)
 
 
 def is_initialized() -> bool:

@@ -43,8 +43,20 @@ class Collective(Primitive):
         """The lane the command must run on: the group's communication lane of the stream's device."""
         return self.group.lane(stream)
 
+    @property
+    def capturable(self) -> bool:
+        """Whether lf.compile's CUDA graphs may hold this collective (its transport says)."""
+        return getattr(self.transport, "capturable", False)
+
     def run(self, lane: Any, ins: list, outs: list) -> None:
         self.transport.run(lane, self, ins, outs)
+
+    def watch(self, lane: Any) -> None:
+        """After a CUDA graph holding collectives of this transport is launched on ``lane``: let the
+        transport follow the launch (NCCL's watchdog); nothing for transports without one."""
+        follow = getattr(self.transport, "follow_launch", None)
+        if follow is not None:
+            follow(lane)
 
 
 def _group(group: Group | None, op: str) -> Group:

@@ -42,6 +42,21 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
+def port(info, env=None) -> int:
+    """The exchange's port for a launch: ``LANEFLOW_RDZV_PORT`` if set, else ``MASTER_PORT`` + 1."""
+    import os
+    raw = (os.environ if env is None else env).get("LANEFLOW_RDZV_PORT")
+    if raw:
+        try:
+            return int(raw)
+        except ValueError:
+            raise RendezvousError(f"distributed rendezvous: LANEFLOW_RDZV_PORT={raw!r} is not a port number") from None
+    if info.master_port is None:
+        raise RendezvousError("distributed rendezvous: no MASTER_PORT in this launch; set LANEFLOW_RDZV_PORT "
+                              "(the same free port on every rank)")
+    return info.master_port + 1
+
+
 def exchange(addr: str, port: int, rank: int, world_size: int, payload: bytes | None, *, key: str = "nccl",
              timeout: float = 300.0) -> bytes:
     """Rank 0 passes ``payload`` and gets it back; every other rank passes None and gets rank 0's.

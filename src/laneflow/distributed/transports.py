@@ -60,6 +60,7 @@ class LocalTransport:
     the rank's value), done by the backend's copy kernel, so code written for many ranks runs unchanged."""
 
     name = "local"
+    capturable = True  # a copy kernel: a CUDA graph holds it
 
     def __init__(self, backend):
         self.copy = backend.kernel("copy")

@@ -60,6 +60,8 @@ class Primitive:
     #: None, or ``lane_for(stream)``: the lane the command must run on (``lf.distributed``'s
     #: collectives: their group's communication lane), instead of the one the encoder would choose.
     lane_for = None
+    #: a pinned primitive (``lane_for``) a whole-plan executor may capture (NCCL's collectives)
+    capturable = False
 
     def __init__(self, name: str):
         self.name = name

@@ -221,8 +221,9 @@ def executor(plan: Plan, stream: Any):
         if GRAPH_MODE == "0" or not plan.steps:
             unit = False
             plan.unit_note = "off or empty"
-        elif any(step.prim.lane_for is not None for step in plan.steps):
-            # lf.distributed's collectives run on their group's communication lane, in call order
+        elif any(step.prim.lane_for is not None and not step.prim.capturable for step in plan.steps):
+            # collectives an executor cannot hold (MPI's run on the host) run as commands on their
+            # group's communication lane, in call order
             unit = False
             plan.unit_note = "collectives run as commands on their communication lane"
         else:

@@ -11,8 +11,12 @@ The suite launches ``mpiexec -n 2 python -m laneflow.bench.dist_worker`` (the MP
   alone" give the share of the communication hidden behind compute,
   (compute + all-reduces - step) / all-reduces.
 
-Every rank checks its results against numpy; a row says ``ok`` only when all did. GPU collectives
-(NCCL against torch.distributed) need two GPUs and are not built yet.
+On a GPU machine the same rows run again on GPU arrays, one process per visible GPU (``mpiexec -n
+<GPUs>``, rank r on GPU r), collectives through NCCL, against torch.distributed's NCCL all-reduce in the
+same processes, from 1 MiB to 1 GiB. With one GPU that is one rank: NCCL's all-reduce is then a copy
+and its bus bandwidth 0 by definition; the rows still compare the two launch paths end to end.
+
+Every rank checks its results against numpy; a row says ``ok`` only when all did.
 """
 
 from __future__ import annotations
@@ -31,13 +35,27 @@ from ..harness import Case, Result, skipped, suite
 RANKS = 2
 
 
-@suite("distributed", "collectives between 2 processes (CPU arrays, MPI): all-reduce bandwidth and a data-parallel step")
+@suite("distributed", "collectives between processes: all-reduce bandwidth and a data-parallel step (CPU: MPI, "
+                      "2 processes; GPU: NCCL, a process per GPU, against torch.distributed)")
 def run(ctx):
     p = ctx.size(quick=dict(sizes="1,4", layers=4, width=256, batch=128),
                  cpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512),
                  gpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512))
+    rows = _launch(ctx, "cpu", RANKS, p)
+    if ctx.device.type == "gpu":
+        from ...runtime.backend import backend_for
+        rows += _launch(ctx, "gpu", backend_for(ctx.device).count, dict(p, sizes="1,4" if ctx.quick else GPU_SIZES))
+    return rows
+
+
+#: all-reduce sizes on GPUs (MiB): 1 MiB to 1 GiB, as the issue asks
+GPU_SIZES = "1,4,16,64,256,1024"
+
+
+def _launch(ctx, device: str, ranks: int, p: dict) -> list[Result]:
+    what = "CPU, MPI" if device == "cpu" else "GPU, NCCL"
+    head = Case("distributed", f"all-reduce over {ranks} processes ({what})", {}, None)
     mpiexec = mpi.mpiexec()
-    head = Case("distributed", f"all-reduce over {RANKS} processes (CPU, MPI)", {}, None)
     if mpiexec is None:
         return [skipped(head, "laneflow", "mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -45,9 +63,9 @@ def run(ctx):
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [mpiexec, "-n", str(RANKS), sys.executable, "-m", "laneflow.bench.dist_worker", out,
+        cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "laneflow.bench.dist_worker", out,
                "--repeat", str(ctx.repeat), "--sizes-mib", p["sizes"], "--layers", str(p["layers"]),
-               "--width", str(p["width"]), "--batch", str(p["batch"])]
+               "--width", str(p["width"]), "--batch", str(p["batch"]), "--device", device]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
         if proc.returncode != 0 or not os.path.exists(out):
             res = Result("distributed", head.name, "laneflow", lanes=1)
@@ -55,20 +73,24 @@ def run(ctx):
             return [res]
         with open(out) as f:
             data = json.load(f)
-    return _allreduce_rows(data) + _data_parallel_rows(data)
+    return _allreduce_rows(data, what) + _data_parallel_rows(data, what)
 
 
 def _busbw(nbytes: int, seconds: float, n: int) -> float:
     return 2 * (n - 1) / n * nbytes / seconds
 
 
-def _allreduce_rows(data: dict) -> list[Result]:
+def _allreduce_rows(data: dict, what: str) -> list[Result]:
     n, rows = data["ranks"], []
     ok = data["ok_every_rank"]
+    gpu = data.get("device") == "gpu"
+    peer = (("torch.distributed all_reduce", "peer", "NCCL; a copy into the result, then in place (as "
+             "laneflow's out of place), then torch.cuda.synchronize") if gpu else
+            ("mpi4py Allreduce", "peer", "the transport alone, same buffers"))
     for r in data["allreduce"]:
-        name = f"all-reduce of {r['mib']} MiB float32 over {n} processes (CPU, MPI)"
+        name = f"all-reduce of {r['mib']} MiB float32 over {n} processes ({what})"
         for impl, key, note in (("laneflow all_reduce", "laneflow", "issued on the communication lane, then lf.eval"),
-                                ("mpi4py Allreduce", "mpi4py", "the transport alone, same buffers")):
+                                peer):
             res = Result("distributed", name, impl, lanes=1, times=r[key], bytes=r["bytes"], checked=True,
                          matches=bool(ok and r["ok"]), note=note)
             res.extra["bus_GB_s"] = round(_busbw(r["bytes"], statistics.median(r[key]), n) / 1e9, 3)
@@ -76,9 +98,9 @@ def _allreduce_rows(data: dict) -> list[Result]:
     return rows
 
 
-def _data_parallel_rows(data: dict) -> list[Result]:
+def _data_parallel_rows(data: dict, what: str) -> list[Result]:
     dp, n = data["data_parallel"], data["ranks"]
-    name = (f"data-parallel step over {n} processes: {dp['layers']} layers {dp['width']}x{dp['width']} float32, "
+    name = (f"data-parallel step over {n} processes ({what}): {dp['layers']} layers {dp['width']}x{dp['width']} float32, "
             f"batch {dp['batch']}, each gradient all-reduced (avg) as it is made")
     med = {k: statistics.median(dp[k]) for k in ("step", "compute", "comm")}
     # (clamped to 0..1: a step measured faster than its compute alone is noise, not more than all hidden)

@@ -26,7 +26,7 @@ from ..lanes import CudaLane
 from ..memory import ViewArray
 from . import capture
 from .binding import Arguments, host_checks
-from .capture import CaptureUnsupported, Temps, assign_branches
+from .capture import _NO_TIMING, CaptureUnsupported, Temps, assign_branches
 from .checks import launch_checks, release_temps
 from .outputs import Lease, OutBuffer, OutputSets, OutSet, allocate_static
 
@@ -58,6 +58,17 @@ class GraphPlan:
                     self.consts.append(v.buffer)
         self.const_ptrs = [c.data.ptr for c in self.consts]
         self._movable_consts = [i for i, c in enumerate(self.consts) if c.__class__ is OutBuffer]
+        # Pinned steps (lf.distributed's collectives): one after another in the graph, in call order
+        # (every rank must reach NCCL's collectives in the same order), and each launch ordered on the
+        # GPU with the eager collectives of their communication lanes (``_pinned_launch``).
+        pinned = [j for j, step in enumerate(steps) if step.prim.lane_for is not None]
+        if pinned:
+            deps = [list(ds) for ds in deps]
+            for a, b in zip(pinned, pinned[1:]):
+                if a not in deps[b]:
+                    deps[b].append(a)
+            self.deps = deps
+        self.pinned = PinnedLanes(self.ctx, [steps[j].prim for j in pinned], stream) if pinned else None
         self.branch_of, self.branches = assign_branches(deps, capture.MAX_BRANCHES)
         self.signals = set()  # steps another branch waits for
         for j, ds in enumerate(deps):
@@ -241,8 +252,12 @@ class GraphPlan:
 
         pre = [(st.data.ptr, b.data.ptr, st.nbytes) for st, b in pre]
 
+        pinned = self.pinned
+
         def launch(lane, copies=copies, bufs=bufs, exec_=exec_, checks=checks, pre=pre):
             s = lane.stream
+            if pinned is not None:
+                pinned.before(s)
             for dst, src, n in pre:
                 err, = cu.cuMemcpyDtoDAsync(dst, src, n, s)
                 if err:
@@ -256,6 +271,8 @@ class GraphPlan:
                 check((err,), "cuGraphLaunch")
             if checks:
                 launch_checks(lane, checks)
+            if pinned is not None:
+                pinned.after(lane)
 
         o.launched = self.launches = self.launches + 1
         point = self.last_point = stream.encoder.encode(self.name, launch, reads, [*self._static_writes, region],
@@ -271,7 +288,6 @@ class GraphPlan:
         o.busy = o.launched  # until the lease's finaliser has queued its readers
         return lease
 
-    # -- capture ---------------------------------------------------------------------------------
     # -- capture ---------------------------------------------------------------------------------
     def _capture_lanes(self) -> list:
         while len(self.lanes) < self.branches:
@@ -338,3 +354,37 @@ class _Closer:
             if self.last is not None:
                 lane._enqueue_wait(self.last)
             lane.destroy()
+
+
+class PinnedLanes:
+    """The communication lanes of a graph's collectives: a launch starts after the work already on
+    them and they continue after it (events on the GPU; the host never waits), so a graph's
+    collectives and the eager ones of the same communicator run in the order they were called.
+    After each launch every primitive's ``watch(lane)`` follows it (the NCCL watchdog)."""
+
+    def __init__(self, ctx, prims: list, stream):
+        self.streams = list({lane.handle: lane.stream for lane in (p.lane_for(stream) for p in prims)}.values())
+        self.watchers = list({id(p.transport): p for p in prims}.values())
+        ctx.ensure_current()
+        self.events = [check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate (pinned lanes)") for _ in self.streams]
+        self.ctx = ctx
+
+    def before(self, s) -> None:
+        for h, ev in zip(self.streams, self.events):
+            check(cu.cuEventRecord(ev, h), "cuEventRecord (communication lane)")
+            check(cu.cuStreamWaitEvent(s, ev, 0), "cuStreamWaitEvent (communication lane)")
+
+    def after(self, lane) -> None:
+        s = lane.stream
+        for h, ev in zip(self.streams, self.events):
+            check(cu.cuEventRecord(ev, s), "cuEventRecord (compiled launch)")
+            check(cu.cuStreamWaitEvent(h, ev, 0), "cuStreamWaitEvent (compiled launch)")
+        for p in self.watchers:
+            p.watch(lane)
+
+    def __del__(self):
+        for ev in getattr(self, "events", ()):
+            try:
+                cu.cuEventDestroy(ev)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
