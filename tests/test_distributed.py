@@ -199,17 +199,26 @@ _STUCK = r'''
 import laneflow as lf
 from laneflow import distributed as dist
 g = dist.init(gpu="nccl", timeout=0.5, env={})
-spin = lf.cuda.kernel("""extern "C" __global__ void spin(float* out, long long cycles) {
-    long long t0 = clock64();
-    while (clock64() - t0 < cycles) { }
+spin = lf.cuda.kernel("""extern "C" __global__ void spin(float* out, int seconds) {
+    for (int i = 0; i < 2 * seconds; ++i) {  // half a second at most clock rates, each turn
+        long long t0 = clock64();
+        while (clock64() - t0 < 1000000000LL) { }
+    }
     out[0] = 1.0f;
-}""", "spin", num_inputs=0, scalars=("int64",))
+}""", "spin", num_inputs=0, scalars=("int32",))
 s = lf.new_stream(lf.gpu, lanes=1)
-with lf.stream(s):
-    x = lf.ones((4,), dtype=lf.float32)
-    flag = spin(outputs=[((1,), lf.float32)], grid=1, block=1, scalars=(4 * 10**9,))
-    y = dist.all_reduce(x + flag.sum())  # behind the spinning kernel: about 2 s at 2 GHz
-    z = y * 3
+
+
+def step(seconds):
+    with lf.stream(s):
+        flag = spin(outputs=[((1,), lf.float32)], grid=1, block=1, scalars=(seconds,))
+        y = dist.all_reduce(x + flag.sum())  # behind the spinning kernel
+        return y * 3
+
+
+x = lf.ones((4,), dtype=lf.float32, stream=s)
+lf.eval(step(0))  # the communicator and every kernel exist before the clock starts
+z = step(2)  # about 2 s
 try:
     lf.eval(z)
     print("EVAL PASSED")
@@ -233,15 +242,16 @@ def test_a_nccl_collective_stuck_past_the_timeout_fails_its_values_and_breaks_th
                                                          os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, "-c", _STUCK], capture_output=True, text=True, timeout=120, env=env)
     out = r.stdout + r.stderr
-    assert "EVAL RAISED DistributedError all_reduce (collective #1)" in out and "within 0.5 s" in out, out
-    assert "BROKEN all_reduce (collective #1) failed" in out, out
+    assert "EVAL RAISED DistributedError all_reduce (collective #2)" in out and "within 0.5 s" in out, out
+    assert "BROKEN all_reduce (collective #2) failed" in out, out
     assert "AFTER DistributedError all_reduce: this group is broken" in out, out
 
 
 def test_nccl_errors_say_what_to_do(monkeypatch):
     from laneflow.distributed import nccl
     monkeypatch.setattr(nccl, "_lib", None)
-    monkeypatch.setitem(sys.modules, "nccl", None)  # nccl4py absent
+    for name in ("nccl", "nccl.bindings", "nccl.bindings.nccl"):
+        monkeypatch.setitem(sys.modules, name, None)  # nccl4py absent (or imported already)
     with pytest.raises(dist.DistributedError, match=r"need nccl4py.*pip install 'laneflow\[nccl\]'"):
         nccl.bindings()
     with pytest.raises(ValueError, match="gpu must be one of"):

@@ -182,6 +182,9 @@ def main() -> int:
         print(f"data-parallel step {med(dp['step']) * 1e3:.2f} ms, compute {med(dp['compute']) * 1e3:.2f} ms, "
               f"all-reduces {med(dp['comm']) * 1e3:.2f} ms", flush=True)
     dist.destroy()
+    if a.device == "gpu":
+        import torch.distributed as tdist
+        tdist.destroy_process_group()
     return 0
 
 

@@ -113,6 +113,17 @@ def unique_id_bytes(group, device, side) -> bytes:
                     timeout=group.timeout)
 
 
+def _init_rank(N, nranks: int, uid, rank: int):
+    """ncclCommInitRank through either form nccl4py has had: returning the communicator (0.6: an
+    object the other calls take), or writing its handle where a pointer says (later releases)."""
+    try:
+        return N.comm_init_rank(nranks, uid, rank)
+    except TypeError:
+        box = np.zeros(1, np.uint64)
+        N.comm_init_rank(box.ctypes.data, nranks, uid, rank)
+        return int(box[0])
+
+
 class NCCLTransport:
     """A group's transport for the arrays of one GPU: an NCCL communicator on it, and its watchdog."""
 
@@ -127,14 +138,12 @@ class NCCLTransport:
         self.ctx = backend_for(device).context(device.index)
         self.ctx.ensure_current()
         uid = N.UniqueId.from_buffer(bytearray(unique_id_bytes(group, device, side)))
-        box = np.zeros(1, np.uint64)
         try:
-            N.comm_init_rank(box.ctypes.data, group.size, uid, group.rank)
+            self.comm = _init_rank(N, group.size, uid, group.rank)
         except Exception as e:  # noqa: BLE001 - NCCLError
             raise DistributedError(f"GPU collectives on {device}: ncclCommInitRank (rank {group.rank} of "
                                    f"{group.size}) failed: {e}; every rank needs its own GPU and the same "
                                    "NCCL version") from None
-        self.comm = int(box[0])
         self.seq = 0
         self.failed: dict[int, str] = {}  # seq -> why (watchdog); a broken group fails every later seq too
         self._pending: list = []          # (event, seq, op, deadline) the watchdog follows
@@ -158,6 +167,8 @@ class NCCLTransport:
         shape, dtype = (ref.shape, ref.dtype) if ref is not None else ((), dt.bool_)
         self._agree(lane, seq, op, prim.reduction, prim.root, shape, dtype)
         N, comm, s = self.N, self.comm, lane.handle
+        if ref is not None and ref.size == 0 and op != "barrier":
+            return  # nothing to move (every rank agreed on the empty shape)
         if op == "barrier":
             self._barrier(lane)
         elif op == "send":
@@ -202,8 +213,7 @@ class NCCLTransport:
     def _scratch(self, lane) -> int:
         if self._rows is None:
             self.ctx.ensure_current()
-            err, ptr = cu.cuMemAlloc(max(1, self.group.size) * WIDTH * 8)
-            check(err, "NCCL signature buffer (cuMemAlloc)")
+            ptr = check(cu.cuMemAlloc(max(1, self.group.size) * WIDTH * 8), "NCCL signature buffer (cuMemAlloc)")
             self._rows = int(ptr)
         return self._rows
 
@@ -220,11 +230,11 @@ class NCCLTransport:
             poll(self.side.Iallgather(mine, rows).Test, g, op, seq)
         else:  # through NCCL: the host waits for the rows, so for the communication lane
             base = self._scratch(lane)  # rank r's row at base + r * WIDTH * 8
-            check(cu.cuMemcpyHtoDAsync(base + g.rank * WIDTH * 8, mine.ctypes.data, WIDTH * 8, lane.handle),
+            check(cu.cuMemcpyHtoDAsync(base + g.rank * WIDTH * 8, mine.ctypes.data, WIDTH * 8, lane.stream),
                   f"{op}: signature upload")
             self.N.all_gather(base + g.rank * WIDTH * 8, base, WIDTH, 4, self.comm, lane.handle)
-            check(cu.cuMemcpyDtoHAsync(rows.ctypes.data, base, rows.nbytes, lane.handle), f"{op}: signature read")
-            poll(lambda: cu.cuStreamQuery(lane.handle)[0] == cu.CUresult.CUDA_SUCCESS, g, op, seq)
+            check(cu.cuMemcpyDtoHAsync(rows.ctypes.data, base, rows.nbytes, lane.stream), f"{op}: signature read")
+            poll(lambda: cu.cuStreamQuery(lane.stream)[0] == cu.CUresult.CUDA_SUCCESS, g, op, seq)
         msg = disagreement(rows, g.rank)
         if msg is not None:
             raise DistributedError(f"{op}: {msg}")
@@ -236,13 +246,12 @@ class NCCLTransport:
         (``follow_launch``)."""
         if lane.checks is None:
             return
-        self.follow_stream(lane.handle, seq, op)
+        self.follow_stream(lane.stream, seq, op)
         lane.defer(DeferredCheck(lambda seq=seq: self.error_of(seq)))
 
-    def follow_stream(self, stream: int, seq: int, op: str) -> None:
+    def follow_stream(self, stream, seq: int, op: str) -> None:
         """Record an event on ``stream`` now and fail ``seq`` if it has not passed within the timeout."""
-        err, ev = cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value)
-        check(err, f"{op}: watchdog event")
+        ev = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value), f"{op}: watchdog event")
         check(cu.cuEventRecord(ev, stream), f"{op}: watchdog event")
         with self._cv:
             self._pending.append((ev, seq, op, time.monotonic() + self.group.timeout))
@@ -252,7 +261,7 @@ class NCCLTransport:
         """A CUDA graph holding this communicator's collectives was just launched on ``lane`` (inside
         its command): follow it as one collective, and fail its values if the watchdog fails it."""
         self.seq += 1
-        self.follow_stream(lane.handle, self.seq, "compiled graph")
+        self.follow_stream(lane.stream, self.seq, "compiled graph")
         lane.defer(DeferredCheck(lambda seq=self.seq: self.error_of(seq)))
 
     def error_of(self, seq: int) -> DistributedError | None:
