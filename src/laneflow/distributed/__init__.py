@@ -9,8 +9,9 @@
 Slurm's ``SLURM_*``. Without a launcher it is one process, rank 0 of 1, and every collective is a copy.
 
 Transports: CPU arrays go through MPI (mpi4py; ``pip install 'laneflow[distributed]'`` brings it and
-the MPICH wheel, whose ``mpiexec`` launches the processes). GPU arrays go through NCCL when it is
-installed. Collectives are issued when called, in call order, on one communication lane per group and
+the MPICH wheel, whose ``mpiexec`` launches the processes). GPU arrays go through NCCL (nccl4py's
+bindings, ``pip install 'laneflow[nccl]'``; ``nccl.py``), one communicator per group and GPU, with a
+watchdog that aborts it when a collective outlives the timeout. Collectives are issued when called, in call order, on one communication lane per group and
 device (``group.py`` says why); every rank must call the same collectives with the same shapes and
 dtypes in the same order, which each collective checks before it runs (``signature.py``), failing with
 :class:`DistributedError` naming both calls. A collective that waits for a peer longer than
