@@ -262,6 +262,11 @@ def test_nccl_errors_say_what_to_do(monkeypatch):
     assert rendezvous.port(info, {}) == 29501 and rendezvous.port(info, {"LANEFLOW_RDZV_PORT": "4000"}) == 4000
     with pytest.raises(rendezvous.RendezvousError, match="LANEFLOW_RDZV_PORT='x' is not a port"):
         rendezvous.port(info, {"LANEFLOW_RDZV_PORT": "x"})
+    g = dist.Group(detect({}), 1.0, "local", transports={"gpu": type("T", (), {"device": lf.Device("gpu", 0)})()})
+    assert g.transport(lf.Device("gpu", 0), "all_reduce") is g.transports["gpu"]
+    with pytest.raises(dist.DistributedError, match=r"all_reduce: the array is on gpu:1, but this rank's "
+                                                    r"communicator is on gpu:0 .*x.to_device\('gpu:0'\)"):
+        g.transport(lf.Device("gpu", 1), "all_reduce")
     assert nccl._NCCL_DTYPE[np.dtype(lf.bfloat16)] == 9 and nccl._NCCL_DTYPE[np.dtype("float32")] == 7
 
 

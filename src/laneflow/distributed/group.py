@@ -61,7 +61,7 @@ class Group:
                                    "restart the processes")
         t = self.transports.get(device.type)
         if t is not None:
-            return t
+            return self._on(t, device, op)
         maker = self.makers.get(device.type)
         if maker is None:
             have = ", ".join([*self.transports, *self.makers]) or "none"
@@ -74,6 +74,15 @@ class Group:
             t = self.transports.get(device.type)
             if t is None:
                 t = self.transports[device.type] = maker(device)
+        return self._on(t, device, op)
+
+    @staticmethod
+    def _on(t: Any, device: Any, op: str) -> Any:
+        """``t`` when it serves ``device`` (an NCCL communicator serves the one GPU it was made on)."""
+        own = getattr(t, "device", None)
+        if own is not None and own != device:
+            raise DistributedError(f"{op}: the array is on {device}, but this rank's communicator is on {own} "
+                                   f"(each rank drives one GPU); move it there first: x.to_device('{own}')")
         return t
 
     def lane(self, stream: Any) -> Any:

@@ -147,6 +147,7 @@ class NCCLTransport:
         self.seq = 0
         self.failed: dict[int, str] = {}  # seq -> why (watchdog); a broken group fails every later seq too
         self._pending: list = []          # (event, seq, op, deadline) the watchdog follows
+        self._free: list = []             # events passed, to record again (list.pop/append: atomic)
         self._cv = threading.Condition()
         self._closed = False
         self._rows = None                 # device buffer of the signature rows (check through NCCL)
@@ -251,7 +252,8 @@ class NCCLTransport:
 
     def follow_stream(self, stream, seq: int, op: str) -> None:
         """Record an event on ``stream`` now and fail ``seq`` if it has not passed within the timeout."""
-        ev = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value), f"{op}: watchdog event")
+        ev = self._free.pop() if self._free else check(
+            cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value), f"{op}: watchdog event")
         check(cu.cuEventRecord(ev, stream), f"{op}: watchdog event")
         with self._cv:
             self._pending.append((ev, seq, op, time.monotonic() + self.group.timeout))
@@ -302,7 +304,7 @@ class NCCLTransport:
                 with self._cv:
                     for item in done:
                         self._pending.remove(item)
-                        cu.cuEventDestroy(item[0])
+                        self._free.append(item[0])  # passed: recorded again by a later collective
             time.sleep(WATCH_S)
 
     def _fail(self, seq: int, op: str, why: str) -> None:
@@ -324,6 +326,8 @@ class NCCLTransport:
         self._watch.join(timeout=max(5.0, 2 * WATCH_S))
         try:
             self.ctx.ensure_current()
+            for ev in [*self._free, *(item[0] for item in self._pending)]:
+                cu.cuEventDestroy(ev)
             if self.group.broken is None:
                 self.N.comm_destroy(self.comm)
             if self._rows is not None:
