@@ -17,6 +17,9 @@ the one-lane run has the cache off and, on the GPU, elementwise fusion off too. 
 must equal numpy, and their first run the one-lane run bit for bit (on the CPU; within float
 tolerance on the GPU, where fused kernels and library calls may differ in the last bits). ``LANEFLOW_FUZZ_PROGRAMS`` (or
 pytest's ``--fuzz-programs``) sets the number of programs (default 300; e.g. 10000).
+
+Where two GPUs are visible, programs also run with their streams alternating between gpu:0 and gpu:1
+(arrays spread over both devices); with fewer GPUs that test skips, saying so.
 """
 
 from __future__ import annotations
