@@ -44,6 +44,19 @@ def device(request):
 
 
 @pytest.fixture
+def two_gpus():
+    """(gpu:0, gpu:1), for tests of arrays spread over two GPUs; skips unless two are usable."""
+    n = 0
+    if lf.gpu_available():
+        from laneflow.runtime.backend import backend_for
+
+        n = backend_for(lf.gpu).count
+    if n < 2:
+        pytest.skip(f"needs two GPUs; {n} usable here")
+    return lf.Device("gpu", 0), lf.Device("gpu", 1)
+
+
+@pytest.fixture
 def cpu_default_device():
     """For tests about CPU lanes: make the CPU the default device even where a GPU is present."""
     import laneflow.defaults as streams

@@ -205,19 +205,25 @@ _MIXED = r'''
 import gc, os, random, sys
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, os.path.dirname(sys.argv[1]))  # tests/, for test_fuzz
+import fake_cuda as F
 import race_cuda as R
-R.install()
+R.install(devices={gpus})
+F.LOG = []
 import numpy as np
 import laneflow as lf
 import test_fuzz as TF
 from laneflow.backends.cuda.lanes import CudaLane
-if {broken}:
+if {broken} and {gpus} == 1:
     CudaLane.host_wait = lambda self, seq, timeout=None: True   # the host never waits for the GPU
+if {broken} and {gpus} > 1:                                     # no waits for another GPU's lanes
+    wait = CudaLane._enqueue_wait
+    CudaLane._enqueue_wait = lambda self, p: None if getattr(p.lane, "ctx", self.ctx) is not self.ctx else wait(self, p)
 rnd = random.Random({seed})
 done = 0
+devices = (lf.gpu, lf.cpu) if {gpus} == 1 else (lf.Device("gpu", 0), lf.Device("gpu", 1))
 for _ in range({programs}):
     prog = TF.random_program(rnd)
-    pool, streams = TF.mixed_pool(prog)
+    pool, streams = TF.mixed_pool(prog, devices)
     with np.errstate(all="ignore"):
         TF.run_steps(pool, prog["steps"], prog["dtype"])
         lf.eval(*pool.lf)
@@ -227,8 +233,20 @@ for _ in range({programs}):
     done += 1
     gc.collect()
 R.finish()
-print("errors", len(R.errors), "programs", done)
+for e in F.CONTEXT_ERRORS[:5]:
+    print("CONTEXT", e)
+peer = sum(1 for name, _ in F.LOG if name == "cuMemcpyPeerAsync")
+cross = sum(1 for name, _ in F.LOG if name == "cuStreamWaitEvent")
+print("errors", len(R.errors), "programs", done, "context", len(F.CONTEXT_ERRORS), "peer", peer, "cross", cross)
 '''
+
+
+def _mixed(tmp_path, seed: int, programs: int, broken: bool, gpus: int = 1) -> tuple[dict, str]:
+    p = run_under_fake_driver(_MIXED.format(seed=seed, programs=programs, broken=broken, gpus=gpus), tmp_path,
+                              timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    words = p.stdout.strip().splitlines()[-1].split()
+    return {words[k]: int(words[k + 1]) for k in range(0, len(words), 2)}, p.stdout
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -238,10 +256,22 @@ def test_programs_mixing_cpu_and_gpu_streams_are_ordered_on_the_modelled_gpu(tmp
     before writing memory a CPU lane reads. Every access ordered in the model; a host that never
     waits for the GPU is reported."""
     for broken in (False, True):
-        p = run_under_fake_driver(_MIXED.format(seed=seed, programs=25, broken=broken), tmp_path, timeout=240)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
-        words = p.stdout.strip().splitlines()[-1].split()
-        assert int(words[3]) == 25 and (int(words[1]) > 0) == broken, p.stdout[-3000:]
+        got, out = _mixed(tmp_path, seed, 25, broken)
+        assert got["programs"] == 25 and (got["errors"] > 0) == broken, out[-3000:]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_programs_spread_over_two_gpus_are_ordered_on_the_modelled_gpus(tmp_path, seed):
+    """Issue 21: the fuzzer's programs with their streams alternating between gpu:0 and gpu:1 on a
+    fake driver of two devices: every use of the other GPU's array is a peer copy that waits for the
+    producer's lane by an event of the other device, every access is ordered in the model (frees of
+    memory the other GPU read included), and every driver call ran with its device's context current.
+    Without the waits for the other GPU's lanes the model reports races."""
+    for broken in (False, True):
+        got, out = _mixed(tmp_path, seed, 25, broken, gpus=2)
+        assert got["programs"] == 25 and got["context"] == 0, out[-3000:]
+        assert got["peer"] > 0 and (got["cross"] > 0 or broken), out[-3000:]
+        assert (got["errors"] > 0) == broken, out[-3000:]
 
 
 # -- hangs: the model with the device's progress (race_cuda.install(execute_streams=True)) -----------

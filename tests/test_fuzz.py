@@ -17,6 +17,9 @@ the one-lane run has the cache off and, on the GPU, elementwise fusion off too. 
 must equal numpy, and their first run the one-lane run bit for bit (on the CPU; within float
 tolerance on the GPU, where fused kernels and library calls may differ in the last bits). ``LANEFLOW_FUZZ_PROGRAMS`` (or
 pytest's ``--fuzz-programs``) sets the number of programs (default 300; e.g. 10000).
+
+Where two GPUs are visible, programs also run with their streams alternating between gpu:0 and gpu:1
+(arrays spread over both devices); with fewer GPUs that test skips, saying so.
 """
 
 from __future__ import annotations
@@ -306,10 +309,12 @@ def make_inputs(prog, rep: int = 0):
 def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache: bool = True,
                  fuse: bool = True):
     """The program ``repeats`` times on one set of streams (new inputs each time): a list of
-    (laneflow results, numpy references) per repetition."""
+    (laneflow results, numpy references) per repetition. ``device``: a Device, or a list of them
+    that the streams take in turn (arrays spread over several GPUs)."""
     from laneflow.graph import eval_cache, fusion
 
-    streams = [lf.new_stream(device, lanes=k) for k in lanes_per_stream]
+    devices = device if isinstance(device, list) else [device]
+    streams = [lf.new_stream(devices[k % len(devices)], lanes=n) for k, n in enumerate(lanes_per_stream)]
     out = []
     was_fuse = fusion._enabled
     fusion.set_enabled(fuse)
@@ -352,9 +357,15 @@ def _agree(a, r, device, k, what):
         np.testing.assert_allclose(a, r, rtol=tol, atol=tol, err_msg=f"value {k}: differs from {what}")
 
 
-def check_program(prog, device):
+def check_program(prog, device, spread: list | None = None):
+    """The program on one lane of ``device``, and three times (plan cache) on the drawn streams, with
+    delays: each equals numpy, the first many-lane run the one-lane run. ``spread``: devices the
+    drawn streams take in turn instead (at least one stream each)."""
     ((one, ref),) = run_laneflow(prog, device, [1], delays=False, cache=False, fuse=device.type == "cpu")
-    runs = run_laneflow(prog, device, prog["streams"], delays=True, repeats=3)
+    streams = prog["streams"]
+    if spread:
+        streams = streams + [2] * (len(spread) - len(streams))
+    runs = run_laneflow(prog, spread or device, streams, delays=True, repeats=3)
     assert len(one) == len(ref)
     for k, (a, r) in enumerate(zip(one, ref)):
         _agree(a, r, device, k, "numpy (one lane, no plan cache)")
@@ -417,9 +428,19 @@ def test_the_fuzzers_repeated_runs_do_hit_the_plan_cache_and_its_executor(device
     assert hits >= 20 and runs >= 10, (hits, runs, eval_cache.STATS)
 
 
-def mixed_pool(prog) -> tuple:
-    """A program's inputs on streams that alternate GPU and CPU (one more stream than the program asks
-    for): the race model's tests (test_fake_gpu_races.py) run programs so. Returns (pool, streams)."""
-    streams = [lf.new_stream(lf.gpu if k % 2 == 0 else lf.cpu, lanes=n)
-               for k, n in enumerate(prog["streams"] + [2])]
+def mixed_pool(prog, devices: tuple = (lf.gpu, lf.cpu)) -> tuple:
+    """A program's inputs on streams that take ``devices`` in turn (one more stream than the program
+    asks for; by default GPU and CPU): the race model's tests (test_fake_gpu_races.py) run programs so.
+    Returns (pool, streams)."""
+    streams = [lf.new_stream(devices[k % len(devices)], lanes=n) for k, n in enumerate(prog["streams"] + [2])]
     return Pool(make_inputs(prog), streams), streams
+
+
+@settings(max_examples=max(20, PROGRAMS // 3), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.data_too_large])
+@given(prog=program)
+def test_random_programs_spread_over_two_gpus_match_numpy(two_gpus, prog):
+    """Issue 21: the programs' streams alternate between gpu:0 and gpu:1, so ops mix arrays of both
+    (peer copies on the consumer's lane, fences across devices, frees of memory another GPU read)."""
+    check_program(prog, two_gpus[0], spread=list(two_gpus))

@@ -1,5 +1,6 @@
 """``install()``: run laneflow's CUDA backend on the fake driver of the tests (``tests/doubles/fake_cuda.py``)
-for the tools' ``--fake`` option: host cost with no GPU. Call it before importing laneflow."""
+for the tools' ``--fake`` option: host cost with no GPU. Call it before importing laneflow.
+``LANEFLOW_FAKE_GPUS=2`` makes it report two GPUs (contexts modelled and checked: see the double)."""
 
 from __future__ import annotations
 

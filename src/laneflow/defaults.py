@@ -160,10 +160,10 @@ def resolve_stream(s: Any, op: str) -> Stream:
     if isinstance(s, (Device, str)):
         try:
             d = as_device(s, op)
-            backend_for(d, op)  # a device that cannot run here: say so, naming the op
-            return default_stream(d)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{op}: bad stream= {s!r}: {e}") from None
+        backend_for(d, op)  # a device that cannot run here (no such GPU): say so, naming the op
+        return default_stream(d)
     raise TypeError(f"{op}: stream= must be a Stream, a Device or None, got {type(s).__name__}")
 
 

@@ -8,7 +8,13 @@ _TYPES = ("cpu", "gpu")
 
 
 class Device:
-    """A place where buffers live and commands run. Devices compare by (type, index)."""
+    """A place where buffers live and commands run. Devices compare by (type, index).
+
+    ``Device("gpu", i)`` is the i-th GPU this process sees (``CUDA_VISIBLE_DEVICES`` picks and orders
+    them). An op on one device using an array of another gets a copy to its device, run on its own
+    stream after a device-side fence (between GPUs a peer copy; no host wait). A GPU index past the
+    visible ones is refused at its first use (an op, ``new_stream``, ``set_default_device``) with a
+    ValueError naming the op, the index, the count and ``CUDA_VISIBLE_DEVICES``."""
 
     __slots__ = ("type", "index", "_hash")
 

@@ -379,6 +379,12 @@ def compile(fn: Callable | None = None, *, donate_argnums: int | tuple = ()) -> 
     after the call (a clear error says so); use the returned values. An argument some other Array or
     pending op still holds is not written in place (the call copies, as without donation).
 
+    Several devices: a function whose steps run on more than one device (arrays on ``gpu:0`` and
+    ``gpu:1``, or a GPU and the CPU) is traced as usual and every call replays its commands, with the
+    fences eager code gets (a peer copy on the consumer's lane after an event of the producer's, no
+    host wait). It never becomes a CUDA graph, which is captured on one device's streams;
+    ``f.stats()`` says so in its ``note``.
+
     >>> @lf.compile
     ... def step(x, w):
     ...     return lf.tanh(x @ w)

@@ -12,6 +12,12 @@ it); NVRTC and cuBLASLt are replaced too.
     ... N LANES                                 # ops/calls measured (default 5000), lanes (default 1)
     ... --profile                               # cProfile of the measured loop
 
+Several GPUs: ``install(devices=N)`` (or ``LANEFLOW_FAKE_GPUS=N``; default 1) reports N devices, and
+then also models what a real driver checks per host thread and context (see *Several devices* below):
+each thread's current context, the context every stream, event, function and allocation belongs to,
+and a call on one of them with another context current fails (``CONTEXT_ERRORS``). ``LOG = []``
+records the calls a test checks: peer copies, waits across devices, host synchronisations, peer access.
+
 Compiled modes also print the median host time from the call to its graph launch (the part of a call
 the GPU waits for; the output objects are built after the launch).
 
@@ -20,9 +26,12 @@ A real driver call costs roughly 0.5-3 us more than these fakes (measured on the
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import itertools
+import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -67,6 +76,13 @@ def _on_live_stream(name, result=(OK,)):
     return call
 
 
+def _error_name(err) -> bytes:
+    try:
+        return real.CUresult(int(err)).name.encode()
+    except ValueError:
+        return b"CUDA_ERROR_FAKE"
+
+
 def _host_alloc(nbytes, *_a):
     buf = ctypes.create_string_buffer(max(int(nbytes), 8))
     _host_words.append(buf)
@@ -77,7 +93,7 @@ FAKES = {
     "cuInit": _ok, "cuDeviceGetCount": lambda: (OK, 1), "cuDeviceGet": _handle,
     "cuDevicePrimaryCtxRetain": _handle, "cuCtxSetCurrent": _ok, "cuCtxSynchronize": _ok,
     "cuDeviceGetAttribute": lambda attr, dev: (OK, _ATTRS.get(attr, 1024)),
-    "cuDeviceGetName": lambda n, dev: (OK, b"fake GPU"), "cuGetErrorName": lambda e: (OK, b"CUDA_ERROR_FAKE"),
+    "cuDeviceGetName": lambda n, dev: (OK, b"fake GPU"), "cuGetErrorName": lambda e: (OK, _error_name(e)),
     "cuStreamCreate": _handle, "cuStreamDestroy": _stream_destroy, "cuStreamSynchronize": _ok, "cuStreamWaitEvent": _ok,
     "cuStreamWaitValue64": _ok, "cuEventCreate": _handle, "cuEventRecord": _on_live_stream("cuEventRecord"), "cuEventQuery": _ok,
     "cuEventSynchronize": _ok, "cuEventDestroy": _ok, "cuEventElapsedTime": lambda a, b: (OK, 0.001),
@@ -94,6 +110,233 @@ FAKES = {
     "cuGraphExecDestroy": _ok, "cuGraphExecUpdate": lambda e, g: (OK, None),
     "cuGraphGetNodes": lambda g, n=0: (OK, None, 1),
 }
+
+
+# -- several devices ---------------------------------------------------------------------------------
+#
+# With more than one device (``install(devices=N)``) every handle remembers the device whose context
+# was current when it was made (streams, events, modules and their functions; pools and allocations
+# their device), each host thread has its current context (``cuCtxSetCurrent``), and a call on a
+# stream, event, function or device memory with another context current (or none) is a context error:
+# it is appended to CONTEXT_ERRORS and fails with CUDA_ERROR_INVALID_CONTEXT. Exceptions, as on a
+# real driver: ``cuStreamWaitEvent`` may wait on another context's event; ``cuMemcpyPeerAsync`` names
+# both contexts; host waits and queries need no context. Device memory is also checked against the
+# stream's device (a copy or kernel within a device never touches another device's memory).
+
+#: Devices reported (``install(devices=N)``; the default comes from ``LANEFLOW_FAKE_GPUS``).
+DEVICES = 1
+#: What ``cuDeviceCanAccessPeer`` answers for every pair of distinct devices.
+CAN_ACCESS_PEER = True
+#: None, or a list of (call, fields) the driver appends to: ``cuMemcpyPeerAsync`` (dst, src, stream
+#: devices), ``cuStreamWaitEvent`` across devices (stream, event devices), ``cuLaunchKernel`` and
+#: ``cuMemcpyDtoDAsync`` (device), host synchronisations (``cuEventSynchronize``,
+#: ``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemcpyDtoH``: the device), ``cuDeviceCanAccessPeer``
+#: and ``cuCtxEnablePeerAccess`` (device, peer), ``cuCtxSetCurrent`` is not logged.
+LOG: list | None = None
+#: Context errors seen (a message each); a clean run leaves it empty.
+CONTEXT_ERRORS: list = []
+
+_DEV0, _CTX0 = 0x100, 0x200  # device i's handle is _DEV0 + i, its primary context _CTX0 + i
+_tls = threading.local()
+_owner: dict = {}            # stream, event, module, function, pool handle -> device index
+_allocs: list = []           # (base, size, device), bases ascending (addresses are never reused)
+_peers: set = set()          # (device, peer) pairs with peer access enabled
+INVALID_CONTEXT = real.CUresult.CUDA_ERROR_INVALID_CONTEXT
+
+
+def _current():
+    return getattr(_tls, "device", None)
+
+
+def _mem_device(ptr):
+    """The device of the allocation holding ``ptr`` (None: host or foreign memory)."""
+    i = bisect.bisect_right(_allocs, (int(ptr), float("inf"))) - 1
+    if i >= 0:
+        base, size, dev = _allocs[i]
+        if int(ptr) < base + size:
+            return dev
+    return None
+
+
+def _log(name, **fields):
+    if LOG is not None:
+        LOG.append((name, fields))
+
+
+def _context_error(name, msg):
+    CONTEXT_ERRORS.append(f"{name}: {msg} (thread {threading.current_thread().name})")
+    return (INVALID_CONTEXT,)
+
+
+def _on(stream, name, *ptrs):
+    """None when ``stream``'s context is current and every pointer (device memory) is on its device,
+    else the context error's result."""
+    dev = _owner.get(int(stream))
+    cur = _current()
+    if dev != cur:
+        return _context_error(name, f"stream of gpu:{dev} with the context of gpu:{cur} current")
+    for p in ptrs:
+        pd = _mem_device(p)
+        if pd is not None and pd != dev:
+            return _context_error(name, f"memory of gpu:{pd} on a stream of gpu:{dev}")
+    return None
+
+
+def _multi_device_fakes(fakes: dict) -> dict:
+    """Wrappers of ``fakes`` (the calls as installed, maybe a race model's) that keep and check the
+    per-thread, per-context state described above."""
+    fakes = dict(fakes)  # the calls wrapped, as they are now
+    f = {}
+
+    def made(result):  # a new handle of the current context
+        if result[0] == OK:
+            _owner[int(result[1])] = _current()
+        return result
+
+    def set_current(ctx):
+        _tls.device = int(ctx) - _CTX0
+        return (OK,)
+
+    def device_get(i):
+        return (OK, _DEV0 + i) if 0 <= i < DEVICES else (real.CUresult.CUDA_ERROR_INVALID_DEVICE, 0)
+
+    def alloc(n, pool, s):
+        bad = _on(s, "cuMemAllocFromPoolAsync")
+        if bad is None and _owner.get(int(pool)) != _owner.get(int(s)):
+            bad = _context_error("cuMemAllocFromPoolAsync", f"pool of gpu:{_owner.get(int(pool))} on a stream of "
+                                 f"gpu:{_owner.get(int(s))}")
+        if bad is not None:
+            return bad + (0,)
+        r = fakes["cuMemAllocFromPoolAsync"](n, pool, s)
+        if r[0] == OK:
+            _allocs.append((int(r[1]), max(int(n), 1), _owner[int(s)]))
+        return r
+
+    def get_function(mod, name):  # a function belongs to its module's context
+        r = fakes["cuModuleGetFunction"](mod, name)
+        _owner[int(r[1])] = _owner.get(int(mod))
+        return r
+
+    def pool_create(props):
+        r = fakes["cuMemPoolCreate"](props)
+        _owner[int(r[1])] = int(props.location.id)
+        return r
+
+    def default_pool(dev):
+        r = fakes["cuDeviceGetDefaultMemPool"](dev)
+        _owner[int(r[1])] = int(dev) - _DEV0
+        return r
+
+    def on_stream(name, stream_at, ptrs_at=()):
+        inner = fakes[name]
+
+        def call(*a):
+            bad = _on(a[stream_at], name, *[a[k] for k in ptrs_at])
+            return bad if bad is not None else inner(*a)
+        return call
+
+    def launch(fn, *a):
+        s = a[7]
+        bad = _on(s, "cuLaunchKernel")
+        if bad is None and _owner.get(int(fn)) != _owner.get(int(s)):
+            bad = _context_error("cuLaunchKernel", f"function of gpu:{_owner.get(int(fn))} on a stream of "
+                                 f"gpu:{_owner.get(int(s))}")
+        if bad is not None:
+            return bad
+        _log("cuLaunchKernel", device=_owner[int(s)])
+        return fakes["cuLaunchKernel"](fn, *a)
+
+    def record(ev, s):
+        bad = _on(s, "cuEventRecord")
+        if bad is None and _owner.get(int(ev)) != _owner.get(int(s)):
+            bad = _context_error("cuEventRecord", f"event of gpu:{_owner.get(int(ev))} on a stream of "
+                                 f"gpu:{_owner.get(int(s))}")
+        return bad if bad is not None else fakes["cuEventRecord"](ev, s)
+
+    def wait_event(s, ev, flags):
+        bad = _on(s, "cuStreamWaitEvent")
+        if bad is not None:
+            return bad
+        sd, ed = _owner.get(int(s)), _owner.get(int(ev))
+        if sd != ed:
+            _log("cuStreamWaitEvent", stream=sd, event=ed)
+        return fakes["cuStreamWaitEvent"](s, ev, flags)
+
+    def dtod(dst, src, n, s):
+        bad = _on(s, "cuMemcpyDtoDAsync", dst, src)
+        if bad is not None:
+            return bad
+        _log("cuMemcpyDtoDAsync", device=_owner[int(s)])
+        return fakes["cuMemcpyDtoDAsync"](dst, src, n, s)
+
+    def peer(dst, dctx, src, sctx, n, s):
+        bad = _on(s, "cuMemcpyPeerAsync")
+        if bad is not None:
+            return bad
+        for what, ptr, ctx in (("destination", dst, dctx), ("source", src, sctx)):
+            if _mem_device(ptr) not in (None, int(ctx) - _CTX0):
+                return _context_error("cuMemcpyPeerAsync", f"{what} on gpu:{_mem_device(ptr)} named with the "
+                                      f"context of gpu:{int(ctx) - _CTX0}")
+        _log("cuMemcpyPeerAsync", dst=int(dctx) - _CTX0, src=int(sctx) - _CTX0, stream=_owner[int(s)])
+        return fakes["cuMemcpyPeerAsync"](dst, dctx, src, sctx, n, s)
+
+    def dtoh(host, src, n):
+        d = _mem_device(src)
+        if d is not None and d != _current():
+            return _context_error("cuMemcpyDtoH", f"memory of gpu:{d} with the context of gpu:{_current()} current")
+        _log("cuMemcpyDtoH", device=d)
+        return fakes["cuMemcpyDtoH"](host, src, n)
+
+    def host_wait(name, owner_of):
+        inner = fakes[name]
+
+        def call(*a):
+            _log(name, device=owner_of(*a))
+            return inner(*a)
+        return call
+
+    def can_access(dev, peer_dev):
+        _log("cuDeviceCanAccessPeer", device=int(dev) - _DEV0, peer=int(peer_dev) - _DEV0)
+        return (OK, int(CAN_ACCESS_PEER and dev != peer_dev))
+
+    def enable_peer(peer_ctx, flags):
+        pair = (_current(), int(peer_ctx) - _CTX0)
+        _log("cuCtxEnablePeerAccess", device=pair[0], peer=pair[1])
+        if pair[0] is None:
+            return _context_error("cuCtxEnablePeerAccess", "no context current")
+        if not CAN_ACCESS_PEER or pair[0] == pair[1]:
+            return (real.CUresult.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,)
+        if pair in _peers:
+            return (real.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,)
+        _peers.add(pair)
+        return (OK,)
+
+    f.update({
+        "cuDeviceGetCount": lambda: (OK, DEVICES), "cuDeviceGet": device_get,
+        "cuDevicePrimaryCtxRetain": lambda dev: (OK, _CTX0 + int(dev) - _DEV0), "cuCtxSetCurrent": set_current,
+        "cuCtxGetCurrent": lambda: (OK, 0 if _current() is None else _CTX0 + _current()),
+        "cuDeviceGetDefaultMemPool": default_pool,
+        "cuStreamCreate": lambda flags: made(fakes["cuStreamCreate"](flags)),
+        "cuEventCreate": lambda flags: made(fakes["cuEventCreate"](flags)),
+        "cuModuleLoadData": lambda image: made(fakes["cuModuleLoadData"](image)),
+        "cuModuleGetFunction": get_function,
+        "cuMemPoolCreate": pool_create, "cuMemAllocFromPoolAsync": alloc, "cuLaunchKernel": launch,
+        "cuEventRecord": record, "cuStreamWaitEvent": wait_event, "cuMemcpyDtoDAsync": dtod,
+        "cuMemcpyPeerAsync": peer, "cuMemcpyDtoH": dtoh,
+        "cuMemFreeAsync": on_stream("cuMemFreeAsync", 1, (0,)),
+        "cuMemcpyHtoDAsync": on_stream("cuMemcpyHtoDAsync", 3, (0,)),
+        "cuMemsetD8Async": on_stream("cuMemsetD8Async", 3, (0,)),
+        "cuMemsetD16Async": on_stream("cuMemsetD16Async", 3, (0,)),
+        "cuMemsetD32Async": on_stream("cuMemsetD32Async", 3, (0,)),
+        "cuStreamWaitValue64": on_stream("cuStreamWaitValue64", 0),
+        "cuStreamBeginCapture": on_stream("cuStreamBeginCapture", 0),
+        "cuGraphLaunch": on_stream("cuGraphLaunch", 1),
+        "cuEventSynchronize": host_wait("cuEventSynchronize", lambda ev: _owner.get(int(ev))),
+        "cuStreamSynchronize": host_wait("cuStreamSynchronize", lambda s: _owner.get(int(s))),
+        "cuCtxSynchronize": host_wait("cuCtxSynchronize", lambda: _current()),
+        "cuDeviceCanAccessPeer": can_access, "cuCtxEnablePeerAccess": enable_peer,
+    })
+    return f
 
 
 class FakeDriver:
@@ -188,12 +431,19 @@ def _fake_nvmath() -> None:
         sys.modules[f"nvmath.bindings.{name}"] = legacy
 
 
-def install(real_nvrtc: bool = False) -> None:
+def install(real_nvrtc: bool = False, devices: int | None = None) -> None:
     """Patch laneflow's CUDA modules to use the fake driver and libraries (before any GPU use).
     ``real_nvrtc``: keep NVRTC (it needs no GPU), so every kernel the backend generates is really
-    compiled (tests/test_kernel_sources.py); modules are still loaded by the fake driver."""
+    compiled (tests/test_kernel_sources.py); modules are still loaded by the fake driver. ``devices``:
+    how many GPUs it reports (default ``LANEFLOW_FAKE_GPUS`` or 1); with more than one, contexts are
+    modelled and checked (*Several devices* above) on top of the calls in FAKES at this moment."""
     import importlib
     import pkgutil
+
+    global DEVICES
+    DEVICES = int(os.environ.get("LANEFLOW_FAKE_GPUS", "1")) if devices is None else devices
+    if DEVICES > 1:
+        FAKES.update(_multi_device_fakes(FAKES))
 
     import laneflow.backends.cuda as pkg
 

@@ -458,13 +458,14 @@ def x_dtoh(dst, src, n):
 _module_load = FAKES["cuModuleLoadData"]
 
 
-def install(execute_streams: bool = False):
-    """``execute_streams``: model the device's progress too (blocking waits block; hangs are reported)."""
+def install(execute_streams: bool = False, devices: int | None = None):
+    """``execute_streams``: model the device's progress too (blocking waits block; hangs are reported).
+    ``devices``: GPUs the fake driver reports (``fake_cuda.install``; more than one checks contexts)."""
     if execute_streams:
         FAKES.update({"cuEventRecord": x_record, "cuStreamWaitEvent": x_wait_event, "cuStreamWaitValue64": x_wait_value,
                       "cuEventQuery": x_query, "cuEventSynchronize": x_sync, "cuStreamSynchronize": x_stream_sync,
                       "cuCtxSynchronize": x_ctx_sync, "cuModuleLoadData": x_module_load, "cuMemcpyDtoH": x_dtoh})
-    fake_cuda.install()
+    fake_cuda.install(devices=devices)
     from laneflow.runtime import lane as L
     from laneflow.backends.cuda.cudagraph import executor as G
     from laneflow.backends.cuda.lanes import CudaLane

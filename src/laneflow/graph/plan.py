@@ -226,6 +226,11 @@ def executor(plan: Plan, stream: Any):
             # group's communication lane, in call order
             unit = False
             plan.unit_note = "collectives run as commands on their communication lane"
+        elif len({step.stream.device for step in plan.steps}) > 1:
+            # a CUDA graph is captured on one device's streams; steps on several (GPUs, or a GPU and
+            # the CPU) keep their commands: the encoder's fences across devices, no host wait
+            unit = False
+            plan.unit_note = "steps on several devices run as commands"
         else:
             try:
                 unit = backend.graph_plan(plan, stream)

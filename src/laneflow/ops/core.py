@@ -75,7 +75,7 @@ def to_stream(d: ArrayData, st, op: str) -> ArrayData:
     """The value on st's device: the same node, or a copy to that device."""
     if d.device is st.device or d.device == st.device:
         return d
-    return ArrayData(d.shape, d.dtype, st, Copy(f"{op}.to_{st.device.type}"), (d,))
+    return ArrayData(d.shape, d.dtype, st, Copy(f"{op}.to_{st.device}"), (d,))  # e.g. add.to_gpu:1
 
 
 def cast(d: ArrayData, dtype: np.dtype, st) -> ArrayData:

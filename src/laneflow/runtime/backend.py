@@ -87,7 +87,8 @@ class Backend(abc.ABC):
 
     # -- devices and lanes ------------------------------------------------------------------------
     def check_device(self, device: Any) -> None:
-        """Raise ValueError when ``device`` (e.g. gpu index 3) does not exist on this machine."""
+        """Raise ValueError when ``device`` (e.g. gpu index 3) does not exist on this machine, saying
+        which devices do (``backend_for`` puts the op's name in front)."""
 
     @abc.abstractmethod
     def create_lanes(self, device: Any, stream_id: int, count: int) -> list[Lane]:
@@ -236,7 +237,10 @@ def backend_for(device: Any, op: str | None = None) -> Backend:
     b = _backends.get(t)
     if b is None:
         b = _create(t, op)
-    b.check_device(device)
+    try:
+        b.check_device(device)
+    except ValueError as e:
+        raise ValueError(f"{op}: {e}" if op else str(e)) from None
     return b
 
 

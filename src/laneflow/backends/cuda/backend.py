@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Callable
 
@@ -66,7 +67,11 @@ class CUDABackend(Backend):
 
     def check_device(self, device: Any) -> None:
         if not 0 <= device.index < self.count:
-            raise ValueError(f"{device}: this machine has {self.count} GPU(s) (indices 0..{self.count - 1})")
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            raise ValueError(f"no GPU {device.index} ({device}): this process sees {self.count} GPU(s), gpu:0 to "
+                             f"gpu:{self.count - 1} (CUDA_VISIBLE_DEVICES is "
+                             f"{'unset' if visible is None else repr(visible)}); use an index below {self.count}, "
+                             "or make more GPUs visible through CUDA_VISIBLE_DEVICES before starting Python")
 
     def event_timer(self, stream: Any) -> StreamEventTimer:
         """A device-event timer of ``stream``'s work across its lanes (used by ``laneflow bench``)."""

@@ -19,6 +19,7 @@ from . import fastcall
 SUCCESS = cu.CUresult.CUDA_SUCCESS
 NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
 OUT_OF_MEMORY = cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+PEER_ACCESS_ALREADY_ENABLED = cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 
 
 class CudaError(LaneflowError):
@@ -99,6 +100,7 @@ class DeviceContext:
         self.matmul: Any = None
         self.lock = threading.RLock()
         self.calls = fastcall.calls(cu)  # the per-command driver calls
+        self.peers: dict[int, bool] = {}  # other GPU's index -> whether this one accesses its memory directly
 
     @property
     def arch(self) -> str:
@@ -115,6 +117,26 @@ class DeviceContext:
         """Make this device's context current on the calling thread (cheap when it already is)."""
         if getattr(_tls, "current", None) is not self:
             self.make_current()
+
+    def peer_access(self, other: "DeviceContext") -> bool:
+        """Enable this GPU's direct access to ``other``'s memory, once per pair, where
+        ``cuDeviceCanAccessPeer`` says the hardware allows it (a peer copy then goes over NVLink or
+        PCIe directly instead of through the host). Returns whether it is enabled. Called by the copy
+        between GPUs on this GPU's lane, whose context is current."""
+        ok = self.peers.get(other.index)
+        if ok is None:
+            with self.lock:
+                ok = self.peers.get(other.index)
+                if ok is None:
+                    what = f"peer access gpu:{self.index} -> gpu:{other.index}"
+                    ok = bool(check(cu.cuDeviceCanAccessPeer(self.device, other.device), f"{what} (cuDeviceCanAccessPeer)"))
+                    if ok:
+                        self.ensure_current()
+                        err = cu.cuCtxEnablePeerAccess(other.ctx, 0)[0]
+                        if err and err != PEER_ACCESS_ALREADY_ENABLED:  # (enabled by another library: fine)
+                            fail(err, f"{what} (cuCtxEnablePeerAccess)")
+                    self.peers[other.index] = ok
+        return ok
 
     def synchronize(self) -> None:
         self.ensure_current()

@@ -159,6 +159,7 @@ class EventFence:
             for s, ev in self._marks:
                 if s >= seq:
                     return ev
+        self.ctx.ensure_current()  # (asked by another device's lane, or a free: its context may be current)
         return self._record_now()[1]
 
     def wait(self, value: int, timeout: float | None = None) -> bool:
@@ -176,6 +177,7 @@ class EventFence:
                     target = (s, ev)
                     self._syncing += 1
                     break
+        self.ctx.ensure_current()
         if target is None:
             if value > self._last:
                 # Never enqueued (its submission failed): False, but only once what was enqueued before
@@ -188,7 +190,6 @@ class EventFence:
                 return True
         try:
             s, ev = target
-            self.ctx.ensure_current()
             if timeout is None:
                 check(cu.cuEventSynchronize(ev), "cuEventSynchronize")
             else:
@@ -312,13 +313,17 @@ class CudaLane(Lane):
 
     def _enqueue_wait(self, point: Point) -> None:
         other = point.lane
+        # Waits are encoded before the command (whose _enqueue makes the context current), maybe right
+        # after work on another GPU: this lane's context is made current first.
         if isinstance(other, CudaLane):
-            ev = other.fence.event_for(point.seq)
+            ev = other.fence.event_for(point.seq)  # (another GPU's event is legal; its context records it)
             if ev is not None:
+                self.ctx.ensure_current()
                 err = self.ctx.calls.wait_event(self.handle, ev)
                 if err:
                     fail(err, "cuStreamWaitEvent")
         elif other.fence.value < point.seq:
+            self.ctx.ensure_current()
             self.ctx.host_waits.gpu_wait(self.stream, point)
 
     def close(self) -> None:

@@ -359,8 +359,11 @@ class Memory:
     def _free(self, ptr: int, writer: Any, readers: tuple, nbytes: int) -> bool:
         """Enqueue the free of ptr after its last uses; False when a CPU lane still uses it.
         ``nbytes``: its size, when a lane's free list may keep it (0: only the pool may, e.g. graph memory)."""
+        # Only this device's streams free its memory: a lane of another GPU that read it (the peer copy
+        # of a use on that GPU) is waited for through its event, like a CPU lane's.
+        ctx = self.ctx
         lane = writer.lane if writer is not None else readers[0].lane if readers else None
-        if nbytes and lane.__class__ is CudaLane and not lane.closing:
+        if nbytes and lane.__class__ is CudaLane and not lane.closing and lane.ctx is ctx:
             for p in readers:
                 if p.lane is not lane:
                     break
@@ -379,17 +382,18 @@ class Memory:
                 return False  # a CPU lane still reads or writes it: try again later
         if not busy:
             lane = writer.lane if writer is not None else None
-            stream = lane.stream if isinstance(lane, CudaLane) and not lane.closed else self.free_stream
-            self.raw_free(ptr, stream)
+            own = isinstance(lane, CudaLane) and not lane.closed and lane.ctx is ctx
+            self.raw_free(ptr, lane.stream if own else self.free_stream)
             return True
         lanes = {p.lane for p in busy}
         if len(lanes) == 1:
             (lane,) = lanes
-            if not lane.closed:
+            if not lane.closed and lane.ctx is ctx:
                 self.raw_free(ptr, lane.stream)  # after everything already enqueued there
                 return True
-        for p in busy:
-            ev = p.lane.fence.event_for(p.seq)
+        events = [p.lane.fence.event_for(p.seq) for p in busy]  # (another GPU's lane makes its context current)
+        ctx.ensure_current()
+        for ev in events:
             if ev is not None:
                 check(cu.cuStreamWaitEvent(self.free_stream, ev, 0), "cuStreamWaitEvent (free)")
         self.raw_free(ptr, self.free_stream)

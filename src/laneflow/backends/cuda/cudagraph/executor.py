@@ -39,7 +39,7 @@ class GraphPlan:
         device = stream.device
         for step in steps:
             if step.stream.backend is not backend or step.stream.device != device:
-                raise CaptureUnsupported("steps run on more than one device or backend")
+                raise CaptureUnsupported(f"a step runs on {step.stream.device}, the call's stream on {device}")
         # The graph keeps the plan's steps, never the plan (which owns the graph).
         self.backend, self.steps, self.stream, self.device = backend, steps, stream, device
         self.ctx = backend.context(device.index)

@@ -72,8 +72,11 @@ def copy(lane, prim, ins, outs) -> None:
     if src.ctx is out.ctx:
         check(cu.cuMemcpyDtoDAsync(out.ptr, src.ptr, out.nbytes, lane.stream), "copy (cuMemcpyDtoDAsync)")
     else:
+        # Between GPUs, on the consumer's lane (this one), after the encoder's wait for the producer's
+        # event: no host wait. Direct where the hardware allows (peer access, enabled once per pair).
+        out.ctx.peer_access(src.ctx)
         check(cu.cuMemcpyPeerAsync(out.ptr, out.ctx.ctx, src.ptr, src.ctx.ctx, out.nbytes, lane.stream),
-              "copy between gpus (cuMemcpyPeerAsync)")
+              f"copy gpu:{src.ctx.index} -> gpu:{out.ctx.index} of {out.shape} {out.dtype} (cuMemcpyPeerAsync)")
 
 
 def reshape(lane, prim, ins, outs) -> None:
