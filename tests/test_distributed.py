@@ -339,7 +339,8 @@ def _oks(p, n: int, words: str) -> None:
 
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("scenario, words", [("collectives", "collectives of 8 dtypes"), ("p2p", "ring"),
-                                             ("compiled", "compiled data-parallel step")])
+                                             ("compiled", "compiled data-parallel step"),
+                                             ("gpt2_tp", "tensor-parallel GPT-2")])
 def test_collectives_across_processes_equal_numpy(n, scenario, words):
     seed = int(np.random.default_rng().integers(1 << 20))
     p = _launch(n, scenario, seed)
@@ -387,3 +388,44 @@ def test_bench_distributed_quick_runs_and_every_rank_agrees(tmp_path):
     assert all(r["matches"] for r in rows if r["impl"] in ("laneflow all_reduce", "laneflow step")), rows
     step = next(r for r in rows if r["impl"] == "laneflow step")
     assert "hidden_fraction" in step["extra"] and step["repeats"] == 3
+
+
+def test_tensor_parallel_gpt2_shards_and_errors():
+    """One process: the shards of every rank, put back together, are the whole model's parameters;
+    a head count the ranks do not divide is refused naming both."""
+    from laneflow.models import gpt2, gpt2_tp
+    cfg = gpt2.GPT2Config.tiny()
+    full = gpt2.numpy_params(cfg, seed=3)
+    parts = [gpt2_tp.shard_params(full, cfg, r, 2) for r in range(2)]
+    p = gpt2.PREFIX + "h.1."
+    d = cfg.n_embd
+    qkv = np.concatenate([np.concatenate([q[p + "attn.c_attn.weight"][:, k * d // 2:(k + 1) * d // 2] for q in parts],
+                                         axis=1) for k in range(3)], axis=1)
+    np.testing.assert_array_equal(qkv, full[p + "attn.c_attn.weight"])
+    np.testing.assert_array_equal(np.concatenate([q[p + "mlp.c_proj.weight"] for q in parts]), full[p + "mlp.c_proj.weight"])
+    np.testing.assert_array_equal(parts[1][p + "mlp.c_proj.bias"], full[p + "mlp.c_proj.bias"])  # added once, after the sum
+    assert parts[0][p + "mlp.c_fc.weight"].shape == (d, 2 * d)
+    with pytest.raises(ValueError, match="4 heads do not split over 3 ranks"):
+        gpt2_tp.shard_params(full, cfg, 0, 3)
+    lf_parts = gpt2_tp.shard_params(gpt2.to_laneflow(full), cfg, 1, 2)  # lf.Arrays shard the same way
+    np.testing.assert_array_equal(np.asarray(lf_parts[p + "attn.c_attn.weight"]), parts[1][p + "attn.c_attn.weight"])
+
+
+def test_tensor_parallel_gpt2_on_nccl_equals_the_whole_model_eager_and_in_a_cuda_graph(nccl_world):
+    """A group of one through NCCL: the split model's two all-reduces per block run on the GPU's
+    communication lane eagerly and inside lf.compile's CUDA graph, and the logits equal the model's."""
+    from laneflow.models import gpt2, gpt2_tp
+    cfg = gpt2.GPT2Config.tiny()
+    full = gpt2.numpy_params(cfg, seed=1)
+    ids = np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 8))
+    params = gpt2.to_laneflow(full, device=lf.gpu)
+    want = np.asarray(gpt2.forward(params, lf.array(ids), cfg))
+    local = gpt2.to_laneflow(gpt2_tp.shard_params(full, cfg, 0, 1), device=lf.gpu)
+    got = np.asarray(gpt2_tp.forward(local, lf.array(ids), cfg))
+    f = lf.compile(lambda p, i: gpt2_tp.forward(p, i, cfg))
+    for _ in range(3):
+        compiled = np.asarray(f(local, lf.array(ids)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert f.stats()[0]["mode"] == "cuda graph"
+    assert nccl_world.transports["gpu"].seq >= 3 * 2 * cfg.n_layer  # two all-reduces per block, each call

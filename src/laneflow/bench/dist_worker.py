@@ -146,6 +146,43 @@ def data_parallel(g, comm, layers: int, width: int, batch: int, repeat: int, dev
             "step": t_step, "compute": t_compute, "comm": t_comm, "ok": ok}
 
 
+def gpt2_tp(g, comm, repeat: int, device, quick: bool) -> dict:
+    """GPT-2 split over the ranks (``models/gpt2_tp.py``, compiled) against the whole model on one rank
+    (rank 0 alone, the others waiting), the same ids; every rank's logits checked against the whole's."""
+    from laneflow.models import gpt2, gpt2_tp as tp
+    cfg = gpt2.GPT2Config.tiny() if quick else gpt2.GPT2Config()
+    dtype = lf.bfloat16 if device.type == "gpu" else lf.float32
+    full = gpt2.numpy_params(cfg, seed=0)
+    ids_host = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, 16))
+    s = lf.new_stream(device, lanes=4)
+    with lf.stream(s):
+        local = gpt2.to_laneflow(tp.shard_params(full, cfg, g.rank, g.size), dtype=dtype, device=device)
+        whole = gpt2.to_laneflow(full, dtype=dtype, device=device) if g.rank == 0 else None
+        ids = lf.array(ids_host)
+    split = lf.compile(lambda p, i: tp.forward(p, i, cfg, gpt2.NN_OPS, group=g))
+    one = lf.compile(lambda p, i: gpt2.forward(p, i, cfg, gpt2.NN_OPS))
+    out = {}
+
+    def run_split():
+        with lf.stream(s):
+            out["split"] = split(local, ids)
+        lf.eval(out["split"])
+
+    def run_one():
+        if g.rank == 0:
+            with lf.stream(s):
+                out["one"] = one(whole, ids)
+            lf.eval(out["one"])
+
+    t_split, t_one = _turns([run_split, run_one], repeat, comm)
+    want = comm.bcast(np.asarray(out["one"]).astype(np.float32) if g.rank == 0 else None, root=0)
+    got = np.asarray(out["split"]).astype(np.float32)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    s.close()
+    return {"model": "tiny" if quick else "small", "dtype": str(np.dtype(dtype)), "split": t_split,
+            "one": t_one, "rel_err": err, "ok": err < (3e-2 if dtype == lf.bfloat16 else 1e-4)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -171,8 +208,9 @@ def main() -> int:
     lf.set_default_device(device)  # (a GPU machine's default is the GPU: CPU rows pin the CPU)
     sizes = [int(v) for v in a.sizes_mib.split(",")]
     res = {"ranks": g.size, "device": a.device, "allreduce": allreduce_rows(g, comm, sizes, a.repeat, device, peer),
-           "data_parallel": data_parallel(g, comm, a.layers, a.width, a.batch, a.repeat, device)}
-    oks = comm.allgather(all(r["ok"] for r in res["allreduce"]) and res["data_parallel"]["ok"])
+           "data_parallel": data_parallel(g, comm, a.layers, a.width, a.batch, a.repeat, device),
+           "gpt2_tp": gpt2_tp(g, comm, a.repeat, device, quick=a.width < 512)}
+    oks = comm.allgather(all(r["ok"] for r in res["allreduce"]) and res["data_parallel"]["ok"] and res["gpt2_tp"]["ok"])
     res["ok_every_rank"] = all(oks)
     if g.rank == 0:
         with open(a.out, "w") as f:

@@ -31,7 +31,7 @@ from . import safetensors_io
 #: Prefix of the body's parameters in ``GPT2LMHeadModel``'s state dict (the hub's ``gpt2`` file has none).
 PREFIX = "transformer."
 
-__all__ = ["GPT2Config", "Ops", "LANEFLOW_OPS", "NN_OPS", "NUMPY_OPS", "nn_ops", "PREFIX", "block", "config_from_params", "forward", "head", "init_params",
+__all__ = ["GPT2Config", "Ops", "Shard", "LANEFLOW_OPS", "NN_OPS", "NUMPY_OPS", "nn_ops", "PREFIX", "block", "config_from_params", "forward", "head", "init_params",
            "load_safetensors", "numpy_params", "numpy_softmax", "param_shapes", "plain_ops", "reference_forward",
            "save_safetensors", "to_laneflow"]
 
@@ -291,11 +291,23 @@ NN_OPS = nn_ops()
 NUMPY_OPS = plain_ops(np, softmax=numpy_softmax)
 
 
-def forward(params: Mapping[str, Any], ids: Any, cfg: GPT2Config, ops: Ops | None = None) -> Any:
+@dataclass(frozen=True)
+class Shard:
+    """One rank's part of a tensor-parallel model (``models/gpt2_tp.py``): ``heads`` attention heads
+    and the matching columns of QKV and of the MLP's first layer, the rows of both output projections;
+    ``reduce`` sums the partial outputs of those projections over the ranks (before their bias)."""
+
+    heads: int
+    reduce: Callable[[Any], Any]
+
+
+def forward(params: Mapping[str, Any], ids: Any, cfg: GPT2Config, ops: Ops | None = None,
+            shard: Shard | None = None) -> Any:
     """Logits (b, t, vocab) of token ids (b, t): pre-LN blocks, causal attention scaled by
     1/sqrt(head_dim), tanh GELU, final layer norm, head tied to ``wte``. Arrays of one namespace,
     laneflow's by default (``ops``: see :func:`plain_ops`); works inside ``lf.compile`` with ``ids``
-    (and ``params``, a dict) as arguments or ``params`` closed over."""
+    (and ``params``, a dict) as arguments or ``params`` closed over. ``shard``: this rank's part of a
+    tensor-parallel model (``params`` then holds the rank's slices: ``gpt2_tp.shard_params``)."""
     ops = LANEFLOW_OPS if ops is None else ops
     b, t = ids.shape
     if t > cfg.n_positions:
@@ -304,29 +316,39 @@ def forward(params: Mapping[str, Any], ids: Any, cfg: GPT2Config, ops: Ops | Non
     h = ops.embed(params[PREFIX + "wte.weight"], ids) + params[PREFIX + "wpe.weight"][:t]
     mask = ops.causal_mask(t)
     for i in range(cfg.n_layer):
-        h = block(params, i, h, cfg, ops, lambda q, k, v, i: ops.attention(q, k, v, scale, mask))
+        h = block(params, i, h, cfg, ops, lambda q, k, v, i: ops.attention(q, k, v, scale, mask), shard)
     return head(params, h, cfg, ops)
 
 
-def block(params: Mapping[str, Any], i: int, h: Any, cfg: GPT2Config, ops: Ops, attend: Callable) -> Any:
+def block(params: Mapping[str, Any], i: int, h: Any, cfg: GPT2Config, ops: Ops, attend: Callable,
+          shard: Shard | None = None) -> Any:
     """Transformer block ``i`` on ``h`` (b, t, d): ``attend(q, k, v, i)`` (heads (b, heads, t, head_dim))
     gives the attention output; the forward attends causally, a decode step to its KV cache
-    (``models/gpt2_decode.py``)."""
+    (``models/gpt2_decode.py``). With a ``shard`` the block computes its heads and MLP columns and
+    reduces the two output projections over the ranks."""
     P, p = params, f"{PREFIX}h.{i}."
     b, t, d = h.shape
     nh, dh, eps = cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
+    reduce = None
+    if shard is not None:
+        nh, reduce = shard.heads, shard.reduce
+    w = nh * dh  # this rank's width of q, k and v
 
-    def heads(x):  # (b, t, d) -> (b, heads, t, head_dim)
+    def heads(x):  # (b, t, w) -> (b, heads, t, head_dim)
         return x.reshape(b, t, nh, dh).transpose(0, 2, 1, 3)
+
+    def project(x, name):  # x @ W + bias, the partial products summed over the ranks first
+        y = x @ P[p + name + ".weight"]
+        return (y if reduce is None else reduce(y)) + P[p + name + ".bias"]
 
     a = ops.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
     qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
-    q, k, v = heads(qkv[..., :d]), heads(qkv[..., d:2 * d]), heads(qkv[..., 2 * d:])
-    y = attend(q, k, v, i).transpose(0, 2, 1, 3).reshape(b, t, d)
-    h = h + (y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"])
+    q, k, v = heads(qkv[..., :w]), heads(qkv[..., w:2 * w]), heads(qkv[..., 2 * w:])
+    y = attend(q, k, v, i).transpose(0, 2, 1, 3).reshape(b, t, w)
+    h = h + project(y, "attn.c_proj")
     m = ops.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
     m = ops.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
-    return h + (m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"])
+    return h + project(m, "mlp.c_proj")
 
 
 def head(params: Mapping[str, Any], h: Any, cfg: GPT2Config, ops: Ops) -> Any:

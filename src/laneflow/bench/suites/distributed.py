@@ -9,7 +9,9 @@ The suite launches ``mpiexec -n 2 python -m laneflow.bench.dist_worker`` (the MP
 - a data-parallel step (8 layers of 1024 x 1024 float32, a batch of 512; quick: 4 layers of 256): each
   layer's gradient is all-reduced as soon as it is made, and the rows "compute alone" and "all-reduces
   alone" give the share of the communication hidden behind compute,
-  (compute + all-reduces - step) / all-reduces.
+  (compute + all-reduces - step) / all-reduces;
+- GPT-2 small (quick: tiny) split over the ranks (``models/gpt2_tp.py``, compiled, bfloat16 on GPUs)
+  against the whole model on one rank.
 
 On a GPU machine the same rows run again on GPU arrays, one process per visible GPU (``mpiexec -n
 <GPUs>``, rank r on GPU r), collectives through NCCL, against torch.distributed's NCCL all-reduce in the
@@ -73,7 +75,7 @@ def _launch(ctx, device: str, ranks: int, p: dict) -> list[Result]:
             return [res]
         with open(out) as f:
             data = json.load(f)
-    return _allreduce_rows(data, what) + _data_parallel_rows(data, what)
+    return _allreduce_rows(data, what) + _data_parallel_rows(data, what) + _gpt2_rows(data, what)
 
 
 def _busbw(nbytes: int, seconds: float, n: int) -> float:
@@ -116,3 +118,14 @@ def _data_parallel_rows(data: dict, what: str) -> list[Result]:
             res.extra["hidden_fraction"] = round(hidden, 3)
         rows.append(res)
     return rows
+
+
+def _gpt2_rows(data: dict, what: str) -> list[Result]:
+    tp, n = data["gpt2_tp"], data["ranks"]
+    name = f"GPT-2 {tp['model']} forward, 1 x 16 tokens, {tp['dtype']}: tensor-parallel over {n} processes ({what}) vs one"
+    ok = bool(data["ok_every_rank"] and tp["ok"])
+    return [Result("distributed", name, f"laneflow tensor-parallel, {n} ranks", lanes=4, times=tp["split"], checked=True,
+                   matches=ok, note=f"compiled; two all-reduces per block; logits vs the whole model: "
+                                    f"{tp['rel_err']:.1e} of max |logit|"),
+            Result("distributed", name, "laneflow whole model, 1 rank", lanes=4, times=tp["one"],
+                   note="compiled; rank 0 alone, the others waiting")]
