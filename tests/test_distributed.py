@@ -4,6 +4,7 @@ multi-process collectives through MPI (mpiexec -n 2 and 4, tests/dist_worker.py)
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -430,3 +431,94 @@ def test_tensor_parallel_gpt2_on_nccl_equals_the_whole_model_eager_and_in_a_cuda
     np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     assert f.stats()[0]["mode"] == "cuda graph"
     assert nccl_world.transports["gpu"].seq >= 3 * 2 * cfg.n_layer  # two all-reduces per block, each call
+
+
+# -- NCCL's host logic on the fake driver (tests/doubles/fake_nccl.py): runs without a GPU -------------
+
+_FAKE_NCCL = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow import distributed as dist
+import fake_nccl
+fake_nccl.install()
+MODE = "%s"
+if MODE == "calls":
+    g = dist.init(gpu="nccl", env={})
+    s = lf.new_stream(lf.gpu, lanes=2)
+    with lf.stream(s):
+        x = lf.ones((6, 4), dtype=lf.float32)
+        z = lf.ones((3,), dtype=lf.complex64)
+        outs = [dist.all_reduce(x), dist.all_reduce(x.astype(lf.bfloat16), "max"), dist.all_gather(x, axis=0),
+                dist.reduce_scatter(x, "avg"), dist.broadcast(x, 0), dist.all_reduce(z), dist.all_reduce(x[:0])]
+    lf.eval(outs)
+    dist.barrier(stream=s)
+    comm = g._lanes[lf.gpu].handle
+    eager = [(n, a) for n, a in fake_nccl.CALLS if n != "comm_init_rank"]
+    f = lf.compile(lambda v: dist.all_reduce(v * 2) + dist.all_reduce(v, "min"))
+    for _ in range(3):
+        with lf.stream(s):
+            y = f(x)
+        lf.eval(y)
+    print(json.dumps({"eager": [[n, list(a[2:5]) if n != "broadcast" else list(a[2:5]), a[-1] == comm] for n, a in eager],
+                      "init": [list(a) for n, a in fake_nccl.CALLS if n == "comm_init_rank"],
+                      "graph": f.stats()[0]["mode"], "stats": {k: v for k, v in f.stats()[0].items() if isinstance(v, (int, str))}, "seq": g.transports["gpu"].seq,
+                      "compiled_calls": [n for n, a in fake_nccl.CALLS[len(eager) + 1:]]}))
+else:
+    g = dist.init(gpu="nccl", timeout=0.1, env={})
+    s = lf.new_stream(lf.gpu, lanes=1)
+    with lf.stream(s):
+        x = lf.ones((4,), dtype=lf.float32)
+    lf.eval(dist.all_reduce(x, stream=s))  # a collective that passes first
+    real_query = fake_cuda.FAKES["cuEventQuery"]
+    if MODE == "stuck":  # the watchdog's events never pass: a collective waiting for a dead peer
+        fake_cuda.FAKES["cuEventQuery"] = lambda ev: (fake_cuda.real.CUresult.CUDA_ERROR_NOT_READY,)
+    else:
+        fake_nccl.ASYNC_ERROR = 5
+        fake_cuda.FAKES["cuEventQuery"] = lambda ev: (fake_cuda.real.CUresult.CUDA_ERROR_NOT_READY,)
+    y = dist.all_reduce(x, stream=s) * 2
+    time.sleep(0.6)
+    fake_cuda.FAKES["cuEventQuery"] = real_query
+    try:
+        lf.eval(y)
+        print("EVAL PASSED")
+    except dist.DistributedError as e:
+        print("RAISED", e)
+    print("ABORTED", sum(n == "comm_abort" for n, a in fake_nccl.CALLS), "BROKEN", g.broken)
+'''
+
+
+def test_nccl_calls_on_the_fake_driver(tmp_path):
+    """Each collective is the NCCL call it should be (count, dtype, reduction), on the group's
+    communication lane's stream; complex moves as float pairs; an empty array calls nothing; a compiled
+    function's collectives become one CUDA graph, its NCCL calls made once, at capture."""
+    import json
+    from conftest import run_under_fake_driver
+    p = run_under_fake_driver(_FAKE_NCCL % "calls", tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["init"] == [[1, [1, 1, 1, 1], 0]]
+    f32, bf16, c64 = 7, 9, 7
+    assert out["eager"] == [
+        ["all_reduce", [24, f32, 0], True], ["all_reduce", [24, bf16, 2], True], ["all_gather", [24, f32, 0xC0], True],
+        ["reduce_scatter", [24, f32, 4], True], ["broadcast", [24, f32, 0], True], ["all_reduce", [6, c64, 0], True],
+        ["all_reduce", [1, 1, 2], True]], out["eager"]   # the last: the barrier (one byte, max); x[:0] called nothing
+    assert out["graph"] == "cuda graph"
+    # the first call runs commands (two NCCL calls), each capture (one per output set) calls them once
+    # more; launches call NCCL no more
+    st = out["stats"]
+    assert st["launches"] >= 2 and out["compiled_calls"] == ["all_reduce"] * (2 + 2 * st["captures"]), out
+
+
+@pytest.mark.parametrize("mode, words", [("stuck", "not every rank took part within 0.1 s"),
+                                         ("async", "NCCL reported an asynchronous error")])
+def test_the_nccl_watchdog_fails_a_stuck_collective_on_the_fake_driver(tmp_path, mode, words):
+    from conftest import run_under_fake_driver
+    p = run_under_fake_driver(_FAKE_NCCL % mode, tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "RAISED all_reduce (collective #2) on gpu:0: " + words in p.stdout, p.stdout + p.stderr[-2000:]
+    # (the group is broken by the oldest collective the watchdog still followed: #1 or #2)
+    assert re.search(r"ABORTED 1 BROKEN all_reduce \(collective #[12]\) failed", p.stdout), p.stdout

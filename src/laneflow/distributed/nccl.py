@@ -150,7 +150,7 @@ class NCCLTransport:
         self._free: list = []             # events passed, to record again (list.pop/append: atomic)
         self._cv = threading.Condition()
         self._closed = False
-        self._rows = None                 # device buffer of the signature rows (check through NCCL)
+        self._rows = None                 # Buffer of the signature rows (the check through NCCL)
         self._watch = threading.Thread(target=self._watchdog, name=f"laneflow-nccl-watchdog-{device}", daemon=True)
         self._watch.start()
 
@@ -212,11 +212,13 @@ class NCCLTransport:
         self.N.all_reduce(scratch, scratch, 1, 1, 2, self.comm, lane.handle)
 
     def _scratch(self, lane) -> int:
+        """The device address of the signature rows (also the barrier's byte): laneflow memory, usable
+        on every lane, kept for the communicator's life."""
         if self._rows is None:
-            self.ctx.ensure_current()
-            ptr = check(cu.cuMemAlloc(max(1, self.group.size) * WIDTH * 8), "NCCL signature buffer (cuMemAlloc)")
-            self._rows = int(ptr)
-        return self._rows
+            from ..runtime.backend import backend_for
+            self._rows = backend_for(self.device).allocate_region(self.device, max(1, self.group.size) * WIDTH * 8,
+                                                                  "NCCL signature rows")
+        return self._rows.data.ptr
 
     # -- signatures -----------------------------------------------------------------------------
     def _agree(self, lane, seq: int, op: str, reduction, root, shape, dtype) -> None:
@@ -330,7 +332,5 @@ class NCCLTransport:
                 cu.cuEventDestroy(ev)
             if self.group.broken is None:
                 self.N.comm_destroy(self.comm)
-            if self._rows is not None:
-                cu.cuMemFree(self._rows)
         except Exception:  # noqa: BLE001 - at exit
             pass
