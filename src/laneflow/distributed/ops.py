@@ -70,11 +70,15 @@ def _group(group: Group | None, op: str) -> Group:
     return group
 
 
-def _issue(arrays: tuple) -> None:
-    """Schedule a collective now (not while tracing for lf.compile: the trace records it)."""
+def _issue(out: Array, d: Any) -> None:
+    """Schedule a collective now (not while tracing for lf.compile: the trace records it): its input's
+    graph first, on its own, so that graph (a gradient, computed again each step) stays one the plan
+    cache replays (a graph holding a collective is never cached), then the collective alone."""
     if not _tracer.tracing():
         from ..evaluation import async_eval
-        async_eval(list(arrays))
+        if d is not None and d.prim is not None:
+            async_eval(Array._wrap(d))
+        async_eval(out)
 
 
 def _collective(op: str, g: Group, st: Any, d: Any, shape: tuple, dtype: np.dtype, reduction=None,
@@ -82,7 +86,7 @@ def _collective(op: str, g: Group, st: Any, d: Any, shape: tuple, dtype: np.dtyp
     """The node of one collective reading ``d`` (an ArrayData, or None) on ``st``, issued at once."""
     prim = Collective(op, g, g.transport(st.device, op), reduction, root, tag)
     out = outputs(prim, [d] if d is not None else [], [(shape, dtype)], st)[0]
-    _issue((out,))
+    _issue(out, d)
     return out
 
 
