@@ -61,7 +61,8 @@ class DeferredCheck:
     def __init__(self, read: Callable[[], LaneflowError | None]):
         self._read = read
         self._error = None
-        self.where = ""  # the command's shapes, dtypes and lane (Command.where), set when it is submitted
+        #: the command's shapes, dtypes and lane (``site``, or its text), set when it is submitted
+        self.where: Any = ""
 
     def error(self) -> LaneflowError | None:
         if self._read is not None:
@@ -70,7 +71,8 @@ class DeferredCheck:
                 if read is not None:
                     err = read()
                     if isinstance(err, ExecutionError) and not err.where and self.where:
-                        err = ExecutionError(err.op, err.__cause__, self.where)
+                        where = self.where
+                        err = ExecutionError(err.op, err.__cause__, where if isinstance(where, str) else site_text(where))
                     self._error = err
                     self._read = None
         return self._error
@@ -105,13 +107,21 @@ def _merge(a: tuple | None, b: tuple) -> tuple | None:
 def describe(ins: Sequence, outs: Sequence, lane: Any) -> str:
     """``inputs (4,) float64, (1,) int64; outputs (1,) float64; on lane cpu:0/s1.0``: what an error
     message says about the values a failing step read and wrote (any objects with shape and dtype)."""
+    return site_text(site(ins, outs, lane))
+
+
+def site(ins: Sequence, outs: Sequence, lane: Any) -> tuple:
+    """What :func:`describe` says, kept as shapes and dtypes (no text, no reference to the values):
+    a device-side check keeps this at submission and makes the words only if it fails."""
+    return ([(getattr(d, "shape", None), getattr(d, "dtype", None)) for d in ins],
+            [(getattr(d, "shape", None), getattr(d, "dtype", None)) for d in outs], getattr(lane, "name", lane))
+
+
+def site_text(where: tuple) -> str:
     def desc(vals) -> str:
-        out = []
-        for d in vals:
-            shape, dtype = getattr(d, "shape", None), getattr(d, "dtype", None)
-            out.append("?" if shape is None else f"{tuple(shape)} {dtype}")
-        return ", ".join(out) or "none"
-    return f"inputs {desc(ins)}; outputs {desc(outs)}; on lane {getattr(lane, 'name', lane)}"
+        return ", ".join("?" if shape is None else f"{tuple(shape)} {dtype}" for shape, dtype in vals) or "none"
+    ins, outs, lane = where
+    return f"inputs {desc(ins)}; outputs {desc(outs)}; on lane {lane}"
 
 
 class Command:
@@ -137,14 +147,17 @@ class Command:
         self.op, self.fn, self.reads, self.writes, self.seq = op, fn, reads, writes, 0
         self.prim, self.ins, self.outs = prim, ins, outs
 
+    def site(self, lane: "Lane") -> tuple:
+        """:meth:`where` as :func:`site` keeps it (a kernel's own typed views)."""
+        if self.prim is not None and self.ins is not None:
+            return site(self.ins, self.outs, lane)
+        return site([getattr(b, "data", None) for b in self.reads], [getattr(b, "data", None) for b in self.writes], lane)
+
     def where(self, lane: "Lane") -> str:
         """The command's inputs and outputs (shapes and dtypes of their data) and its lane, for an error
         message: computed only when the command failed (or, for a command with device-side checks,
         once when it is submitted)."""
-        if self.prim is not None and self.ins is not None:  # the kernel's own (typed) views
-            return describe(self.ins, self.outs, lane)
-        return describe([getattr(b, "data", None) for b in self.reads],
-                        [getattr(b, "data", None) for b in self.writes], lane)
+        return site_text(self.site(lane))
 
     def run(self, lane: "Lane") -> None:
         err = None
@@ -174,7 +187,7 @@ class Command:
                 if found:
                     # A kernel's error is read later, when its buffers may be gone: its shapes now (a
                     # few; a CUDA graph's launch, reading every weight, names the op inside instead).
-                    where = self.where(lane) if self.prim is not None else ""
+                    where = self.site(lane) if self.prim is not None else ""
                     for c in found:  # also after a failure: a kernel may have been launched
                         c.bind(lane, self.seq)
                         c.where = where
