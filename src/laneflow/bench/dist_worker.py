@@ -39,10 +39,17 @@ def _turns(fns, repeat: int, comm) -> list[list[float]]:
     return times
 
 
+#: all-reduces in flight per sample on GPUs (nccl-tests' way: the bus bandwidth of back-to-back
+#: collectives, one wait at the end), and on the CPU (MPI's calls block their lane: one per sample)
+INFLIGHT = {"gpu": 20, "cpu": 1}
+
+
 def allreduce_rows(g, comm, sizes_mib, repeat: int, device, peer) -> list[dict]:
     """laneflow's all_reduce against the peer's (mpi4py on the CPU, torch.distributed's NCCL on GPUs)
-    per size; ``peer(host)`` returns (run, result-to-numpy) for the same values."""
+    per size, each checked once and then timed ``INFLIGHT`` at a time (seconds per all-reduce);
+    ``peer(host)`` returns (check, run k, result-to-numpy) for the same values."""
     rows = []
+    k = INFLIGHT[device.type]
     s = lf.new_stream(device, lanes=1)
     for mib in sizes_mib:
         n = mib * (1 << 20) // 4
@@ -50,19 +57,22 @@ def allreduce_rows(g, comm, sizes_mib, repeat: int, device, peer) -> list[dict]:
         want = np.float32(g.size * (g.size + 1) / 2)
         x = lf.array(host, stream=s)
         lf.eval(x)
-        out = {}
+        y = dist.all_reduce(x, stream=s)
+        ok = bool(np.all(np.asarray(y)[:: max(1, n // 1000)] == want))
+        del y
 
         def laneflow_run():
-            out["y"] = dist.all_reduce(x, stream=s)
-            lf.eval(out["y"])
+            y = None
+            for _ in range(k):
+                y = dist.all_reduce(x, stream=s)  # (the one before is dropped: its memory reused)
+            lf.eval(y)  # the communication lane runs them in order: the last done, all are
 
-        peer_run, peer_result = peer(host)
-        t_lf = _turns([laneflow_run], repeat, comm)[0]
-        ok = bool(np.all(np.asarray(out["y"])[:: max(1, n // 1000)] == want))
-        out.clear()
-        t_peer = _turns([peer_run], repeat, comm)[0]
+        peer_check, peer_run, peer_result = peer(host)
+        peer_check()
         ok = ok and bool(np.all(peer_result()[:: max(1, n // 1000)] == want))
-        rows.append({"mib": mib, "bytes": host.nbytes, "laneflow": t_lf, "peer": t_peer, "ok": ok})
+        t_lf = [t / k for t in _turns([laneflow_run], repeat, comm)[0]]
+        t_peer = [t / k for t in _turns([lambda: peer_run(k)], repeat, comm)[0]]
+        rows.append({"mib": mib, "bytes": host.nbytes, "laneflow": t_lf, "peer": t_peer, "ok": ok, "inflight": k})
     s.close()
     return rows
 
@@ -72,13 +82,18 @@ def mpi_peer(comm):
 
     def make(host):
         recv = np.empty_like(host)
-        return (lambda: comm.Allreduce(host, recv, MPI.SUM)), (lambda: recv)
+
+        def run(k):
+            for _ in range(k):
+                comm.Allreduce(host, recv, MPI.SUM)
+        return (lambda: run(1)), run, (lambda: recv)
     return make
 
 
 def torch_peer(g, comm, local: int):
-    """torch.distributed with NCCL on this rank's GPU (rendezvous at a port rank 0 picks); out of
-    place as laneflow's: a copy into the result, then the in-place all-reduce."""
+    """torch.distributed with NCCL on this rank's GPU (rendezvous at a port rank 0 picks): checked out
+    of place (a copy, then the in-place all-reduce), timed in place as it is used (no copy), k at a
+    time, then torch.cuda.synchronize."""
     import socket
 
     import torch
@@ -97,11 +112,16 @@ def torch_peer(g, comm, local: int):
         x = torch.from_numpy(host).cuda()
         y = torch.empty_like(x)
 
-        def run():
+        def check():
             y.copy_(x)
             tdist.all_reduce(y)
             torch.cuda.synchronize()
-        return run, (lambda: y.cpu().numpy())
+
+        def run(k):
+            for _ in range(k):
+                tdist.all_reduce(y)  # (values grow: only the time is kept)
+            torch.cuda.synchronize()
+        return check, run, (lambda: y.cpu().numpy())
     return make
 
 

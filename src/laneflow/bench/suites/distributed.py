@@ -5,7 +5,8 @@ The suite launches ``mpiexec -n 2 python -m laneflow.bench.dist_worker`` (the MP
 
 - all-reduce of 1 to 64 MiB of float32 (``--quick``: 1 and 4): laneflow's ``all_reduce`` against
   mpi4py's ``Allreduce`` on the same buffers (the transport alone, the floor laneflow adds to), with
-  the bus bandwidth 2 (n - 1) / n x bytes / time, as nccl-tests and torch report it;
+  the bus bandwidth 2 (n - 1) / n x bytes / time, as nccl-tests and torch report it (on GPUs timed as
+  nccl-tests does: 20 back to back, one wait, time per all-reduce);
 - a data-parallel step (8 layers of 1024 x 1024 float32, a batch of 512; quick: 4 layers of 256): each
   layer's gradient is all-reduced as soon as it is made, and the rows "compute alone" and "all-reduces
   alone" give the share of the communication hidden behind compute,
@@ -86,13 +87,14 @@ def _allreduce_rows(data: dict, what: str) -> list[Result]:
     n, rows = data["ranks"], []
     ok = data["ok_every_rank"]
     gpu = data.get("device") == "gpu"
-    peer = (("torch.distributed all_reduce", "peer", "NCCL; a copy into the result, then in place (as "
-             "laneflow's out of place), then torch.cuda.synchronize") if gpu else
-            ("mpi4py Allreduce", "peer", "the transport alone, same buffers"))
     for r in data["allreduce"]:
+        k = r.get("inflight", 1)
+        flight = f"{k} in flight, then one wait; per all-reduce" if k > 1 else "one at a time"
+        peer = (("torch.distributed all_reduce", "peer", f"NCCL, in place (checked once out of place); {flight}")
+                if gpu else ("mpi4py Allreduce", "peer", f"the transport alone, same buffers; {flight}"))
         name = f"all-reduce of {r['mib']} MiB float32 over {n} processes ({what})"
-        for impl, key, note in (("laneflow all_reduce", "laneflow", "issued on the communication lane, then lf.eval"),
-                                peer):
+        for impl, key, note in (("laneflow all_reduce", "laneflow", f"out of place, issued on the communication "
+                                                                   f"lane; {flight}"), peer):
             res = Result("distributed", name, impl, lanes=1, times=r[key], bytes=r["bytes"], checked=True,
                          matches=bool(ok and r["ok"]), note=note)
             res.extra["bus_GB_s"] = round(_busbw(r["bytes"], statistics.median(r[key]), n) / 1e9, 3)
