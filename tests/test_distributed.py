@@ -473,13 +473,19 @@ else:
     with lf.stream(s):
         x = lf.ones((4,), dtype=lf.float32)
     lf.eval(dist.all_reduce(x, stream=s))  # a collective that passes first
+    f = lf.compile(lambda v: dist.all_reduce(v) + 1)
+    for _ in range(3):
+        with lf.stream(s):
+            lf.eval(f(x))  # captured into a CUDA graph before anything fails
     real_query = fake_cuda.FAKES["cuEventQuery"]
-    if MODE == "stuck":  # the watchdog's events never pass: a collective waiting for a dead peer
+    if MODE in ("stuck", "other"):  # the watchdog's events never pass: a collective waiting for a dead peer
         fake_cuda.FAKES["cuEventQuery"] = lambda ev: (fake_cuda.real.CUresult.CUDA_ERROR_NOT_READY,)
     else:
         fake_nccl.ASYNC_ERROR = 5
         fake_cuda.FAKES["cuEventQuery"] = lambda ev: (fake_cuda.real.CUresult.CUDA_ERROR_NOT_READY,)
     y = dist.all_reduce(x, stream=s) * 2
+    if MODE == "other":  # another transport broke the group first: the stuck NCCL kernel is aborted anyway
+        g.broken = "an MPI collective timed out"
     time.sleep(0.6)
     fake_cuda.FAKES["cuEventQuery"] = real_query
     try:
@@ -488,6 +494,12 @@ else:
     except dist.DistributedError as e:
         print("RAISED", e)
     print("ABORTED", sum(n == "comm_abort" for n, a in fake_nccl.CALLS), "BROKEN", g.broken)
+    try:
+        with lf.stream(s):
+            lf.eval(f(x))
+        print("COMPILED PASSED")
+    except dist.DistributedError as e:
+        print("COMPILED RAISED", e)
 '''
 
 
@@ -514,11 +526,34 @@ def test_nccl_calls_on_the_fake_driver(tmp_path):
 
 
 @pytest.mark.parametrize("mode, words", [("stuck", "not every rank took part within 0.1 s"),
-                                         ("async", "NCCL reported an asynchronous error")])
+                                         ("async", "NCCL reported an asynchronous error"),
+                                         ("other", "not every rank took part within 0.1 s")])
 def test_the_nccl_watchdog_fails_a_stuck_collective_on_the_fake_driver(tmp_path, mode, words):
+    """A stuck collective (or an asynchronous NCCL error) fails its value, aborts the communicator
+    exactly once (also when another transport broke the group first), and a compiled function captured
+    before then refuses to launch its graph on the aborted communicator."""
     from conftest import run_under_fake_driver
     p = run_under_fake_driver(_FAKE_NCCL % mode, tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "RAISED all_reduce (collective #2) on gpu:0: " + words in p.stdout, p.stdout + p.stderr[-2000:]
-    # (the group is broken by the oldest collective the watchdog still followed: #1 or #2)
-    assert re.search(r"ABORTED 1 BROKEN all_reduce \(collective #[12]\) failed", p.stdout), p.stdout
+    # (numbered after the compiled function's captures; the group is broken by the oldest collective
+    # the watchdog still followed)
+    assert re.search(r"RAISED all_reduce \(collective #\d+\) on gpu:0: " + words, p.stdout), p.stdout + p.stderr[-2000:]
+    broken = "an MPI collective timed out" if mode == "other" else r"(all_reduce|compiled graph) \(collective #\d+\) failed"
+    assert re.search(r"ABORTED 1 BROKEN " + broken, p.stdout), p.stdout
+    assert "COMPILED RAISED compiled all_reduce: this group is broken" in p.stdout, p.stdout
+
+
+def test_every_rank_exchanges_the_nccl_id_under_the_same_key(monkeypatch):
+    """Each rank's communicator is on its own GPU, so the exchange's key is the group's communicator
+    count, not the device (ranks on gpu:0 and gpu:1 must meet)."""
+    from laneflow.distributed import nccl, rendezvous as rdzv
+    monkeypatch.syspath_prepend(str(Path(__file__).with_name("doubles")))
+    import fake_nccl
+    monkeypatch.setattr(nccl, "_lib", fake_nccl.FakeNCCL())
+    keys = []
+    monkeypatch.setattr(rdzv, "exchange", lambda *a, key, timeout: keys.append(key) or b"\1" * 128)
+    for rank in (0, 1):
+        g = dist.Group(detect({"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                               "MASTER_PORT": "29500"}), 1.0, "local")
+        nccl.unique_id_bytes(g, lf.Device("gpu", rank), None, 0)
+    assert keys == ["nccl:0", "nccl:0"]

@@ -94,9 +94,11 @@ def version() -> str:
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
-def unique_id_bytes(group, device, side) -> bytes:
+def unique_id_bytes(group, device, side, n: int = 0) -> bytes:
     """Rank 0's NCCL unique id on every rank: MPI's broadcast (``side``, a communicator) when there is
-    one, else the TCP exchange (torchrun-style launches), else this process's own (a group of one)."""
+    one, else the TCP exchange (torchrun-style launches), else this process's own (a group of one).
+    ``n``: the group's communicator count so far, the same on every rank (each rank's ``device`` is
+    its own GPU, so it cannot tell the exchanges apart)."""
     N = bindings()
     mine = bytes(memoryview(N.get_unique_id())) if group.rank == 0 else None
     if group.size == 1:
@@ -109,7 +111,7 @@ def unique_id_bytes(group, device, side) -> bytes:
                                "address to exchange NCCL's unique id at; launch with torchrun (MASTER_ADDR, "
                                "MASTER_PORT) or mpirun")
     from .rendezvous import exchange, port
-    return exchange(info.master_addr, port(info), group.rank, group.size, mine, key=f"nccl:{device}",
+    return exchange(info.master_addr, port(info), group.rank, group.size, mine, key=f"nccl:{n}",
                     timeout=group.timeout)
 
 
@@ -137,7 +139,9 @@ class NCCLTransport:
         self.group, self.device, self.side = group, device, side
         self.ctx = backend_for(device).context(device.index)
         self.ctx.ensure_current()
-        uid = N.UniqueId.from_buffer(bytearray(unique_id_bytes(group, device, side)))
+        n = getattr(group, "nccl_comms", 0)
+        group.nccl_comms = n + 1
+        uid = N.UniqueId.from_buffer(bytearray(unique_id_bytes(group, device, side, n)))
         try:
             self.comm = _init_rank(N, group.size, uid, group.rank)
         except Exception as e:  # noqa: BLE001 - NCCLError
@@ -151,52 +155,63 @@ class NCCLTransport:
         self._cv = threading.Condition()
         self._closed = False
         self._rows = None                 # Buffer of the signature rows (the check through NCCL)
+        self._lock = threading.Lock()     # held around every NCCL call and the abort
+        self.aborted = False
         self._watch = threading.Thread(target=self._watchdog, name=f"laneflow-nccl-watchdog-{device}", daemon=True)
         self._watch.start()
 
     # -- the command body ----------------------------------------------------------------------
     def run(self, lane, prim, ins, outs) -> None:
         op = prim.name
-        self.seq += 1
-        seq = self.seq
-        if self.group.broken is not None:
-            raise DistributedError(f"{op}: this group is broken by an earlier failure ({self.group.broken}); "
-                                   "restart the processes")
         x = ins[0] if ins else None
         out = outs[0] if outs else None
         ref = x if x is not None else out
         shape, dtype = (ref.shape, ref.dtype) if ref is not None else ((), dt.bool_)
+        self._usable(op)
+        if op in ("send", "recv") and prim.tag:
+            raise DistributedError(f"{op}: NCCL has no message tags (tag={prim.tag}); on GPUs a send and its recv "
+                                   "pair by order between the two ranks: use tag=0")
+        if ref is not None and op != "barrier":
+            count, ty = self._count(x if op in ("send", "broadcast", "all_gather") else ref if op == "recv" else out, op)
+            red = self._reduction(op, prim.reduction, dtype) if prim.reduction is not None else 0
+        self.seq += 1
+        seq = self.seq
         self._agree(lane, seq, op, prim.reduction, prim.root, shape, dtype)
-        N, comm, s = self.N, self.comm, lane.handle
         if ref is not None and ref.size == 0 and op != "barrier":
             return  # nothing to move (every rank agreed on the empty shape)
-        if op == "barrier":
-            self._barrier(lane)
-        elif op == "send":
-            count, ty = self._count(x, op)
-            N.send(x.ptr, count, ty, prim.root, comm, s)
-        elif op == "recv":
-            count, ty = self._count(out, op)
-            N.recv(out.ptr, count, ty, prim.root, comm, s)
-        elif op == "broadcast":
-            count, ty = self._count(x, op)
-            N.broadcast(x.ptr, out.ptr, count, ty, prim.root, comm, s)
-        elif op == "all_gather":
-            count, ty = self._count(x, op)
-            N.all_gather(x.ptr, out.ptr, count, ty, comm, s)
-        else:
-            count, ty = self._count(out, op)
-            red = self._reduction(op, prim.reduction, dtype)
-            if op == "all_reduce":
+        N, s = self.N, lane.handle
+        with self._lock:
+            self._usable(op)
+            comm = self.comm
+            if op == "barrier":
+                scratch = self._scratch(lane)  # a one-byte all-reduce: its completion is the barrier
+                N.all_reduce(scratch, scratch, 1, 1, 2, comm, s)
+            elif op == "send":
+                N.send(x.ptr, count, ty, prim.root, comm, s)
+            elif op == "recv":
+                N.recv(out.ptr, count, ty, prim.root, comm, s)
+            elif op == "broadcast":
+                N.broadcast(x.ptr, out.ptr, count, ty, prim.root, comm, s)
+            elif op == "all_gather":
+                N.all_gather(x.ptr, out.ptr, count, ty, comm, s)
+            elif op == "all_reduce":
                 N.all_reduce(x.ptr, out.ptr, count, ty, red, comm, s)
             else:
                 N.reduce_scatter(x.ptr, out.ptr, count, ty, red, comm, s)
         self._follow(lane, seq, op)
 
+    def _usable(self, what: str) -> None:
+        """Raise when the group is broken (by any transport) or this communicator was aborted."""
+        if self.group.broken is not None or self.aborted:
+            raise DistributedError(f"{what}: this group is broken by an earlier failure "
+                                   f"({self.group.broken or 'NCCL communicator aborted'}); restart the processes")
+
     def _count(self, h, op: str) -> tuple[int, int]:
         ty = _NCCL_DTYPE.get(h.dtype)
         if ty is None:
-            raise DistributedError(f"{op}: NCCL cannot move {h.dtype} arrays; cast to a dtype it has")
+            names = ", ".join(sorted({str(d) for d in _NCCL_DTYPE}))
+            raise DistributedError(f"{op}: NCCL cannot move {h.dtype} arrays (shape {tuple(h.shape)} on {self.device}); "
+                                   f"cast to one of {names}")
         return h.size * (2 if h.dtype.kind == "c" else 1), ty
 
     @staticmethod
@@ -205,11 +220,6 @@ class NCCLTransport:
             raise DistributedError(f"{op}: reduction 'prod' of a {dtype} array on the GPU (NCCL reduces the "
                                    "real and imaginary parts apart); reduce on the CPU or use 'sum'")
         return _NCCL_OP[reduction]
-
-    def _barrier(self, lane) -> None:
-        """A barrier on the GPU: an all-reduce of one byte (its completion is the barrier)."""
-        scratch = self._scratch(lane)
-        self.N.all_reduce(scratch, scratch, 1, 1, 2, self.comm, lane.handle)
 
     def _scratch(self, lane) -> int:
         """The device address of the signature rows (also the barrier's byte): laneflow memory, usable
@@ -235,9 +245,15 @@ class NCCLTransport:
             base = self._scratch(lane)  # rank r's row at base + r * WIDTH * 8
             check(cu.cuMemcpyHtoDAsync(base + g.rank * WIDTH * 8, mine.ctypes.data, WIDTH * 8, lane.stream),
                   f"{op}: signature upload")
-            self.N.all_gather(base + g.rank * WIDTH * 8, base, WIDTH, 4, self.comm, lane.handle)
+            with self._lock:
+                self._usable(op)
+                self.N.all_gather(base + g.rank * WIDTH * 8, base, WIDTH, 4, self.comm, lane.handle)
+            try:  # the gather done before the copy (into pageable memory, it would block inside the driver)
+                poll(lambda: cu.cuStreamQuery(lane.stream)[0] == cu.CUresult.CUDA_SUCCESS, g, op, seq)
+            except DistributedError:
+                self._fail(seq, op, f"the ranks' signatures did not meet within {g.timeout:g} s")
+                raise
             check(cu.cuMemcpyDtoHAsync(rows.ctypes.data, base, rows.nbytes, lane.stream), f"{op}: signature read")
-            poll(lambda: cu.cuStreamQuery(lane.stream)[0] == cu.CUresult.CUDA_SUCCESS, g, op, seq)
         msg = disagreement(rows, g.rank)
         if msg is not None:
             raise DistributedError(f"{op}: {msg}")
@@ -285,7 +301,7 @@ class NCCLTransport:
             done = []
             try:
                 self.ctx.ensure_current()
-                asyncerr = self.N.comm_get_async_error(self.comm) if self.group.broken is None else 0
+                asyncerr = self.N.comm_get_async_error(self.comm) if not self.aborted else 0
             except Exception as e:  # noqa: BLE001 - a destroyed communicator at exit
                 asyncerr = str(e)
             now = time.monotonic()
@@ -310,16 +326,20 @@ class NCCLTransport:
             time.sleep(WATCH_S)
 
     def _fail(self, seq: int, op: str, why: str) -> None:
-        """Break the group and abort the communicator, so the stuck NCCL kernels return."""
+        """Break the group and abort the communicator (once, whoever broke the group first), so the
+        stuck NCCL kernels return."""
         msg = (f"{op} (collective #{seq}) on {self.device}: {why}. The group is broken (NCCL communicator "
                "aborted); restart the processes (lf.distributed.init(timeout=...) sets the limit)")
         self.failed.setdefault(seq, msg)
         if self.group.broken is None:
             self.group.broken = f"{op} (collective #{seq}) failed: {why}"
-            try:
-                self.N.comm_abort(self.comm)
-            except Exception:  # noqa: BLE001 - aborting anyway
-                pass
+        with self._lock:
+            if not self.aborted:
+                self.aborted = True
+                try:
+                    self.N.comm_abort(self.comm)
+                except Exception:  # noqa: BLE001 - aborting anyway
+                    pass
 
     def close(self) -> None:
         with self._cv:
@@ -328,9 +348,10 @@ class NCCLTransport:
         self._watch.join(timeout=max(5.0, 2 * WATCH_S))
         try:
             self.ctx.ensure_current()
-            for ev in [*self._free, *(item[0] for item in self._pending)]:
-                cu.cuEventDestroy(ev)
-            if self.group.broken is None:
+            if not self._watch.is_alive():  # (a watchdog still following stuck kernels keeps its events)
+                for ev in [*self._free, *(item[0] for item in self._pending)]:
+                    cu.cuEventDestroy(ev)
+            if not self.aborted:
                 self.N.comm_destroy(self.comm)
         except Exception:  # noqa: BLE001 - at exit
             pass

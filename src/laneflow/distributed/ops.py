@@ -51,6 +51,13 @@ class Collective(Primitive):
     def run(self, lane: Any, ins: list, outs: list) -> None:
         self.transport.run(lane, self, ins, outs)
 
+    def ready(self) -> None:
+        """Raise when this collective's transport can run no more collectives (a broken group, an
+        aborted communicator): a compiled launch checks it first, as an eager collective does."""
+        usable = getattr(self.transport, "_usable", None)
+        if usable is not None:
+            usable(f"compiled {self.name}")
+
     def watch(self, lane: Any) -> None:
         """After a CUDA graph holding collectives of this transport is launched on ``lane``: let the
         transport follow the launch (NCCL's watchdog); nothing for transports without one."""
@@ -131,7 +138,8 @@ def _rank_arg(value: Any, what: str, g: Group, op: str) -> int:
 
 def all_reduce(x: Any, op: str = "sum", *, group: Group | None = None, stream: Any = None) -> Array:
     """The elementwise reduction (``op``: "sum", "prod", "max", "min", "avg") of ``x`` over every rank of
-    the group; every rank gets the result. Half types reduce in float32 and round once.
+    the group; every rank gets the result. Half types reduce in float32 and round once through MPI (CPU
+    arrays); NCCL (GPU arrays) reduces them in their own type, as torch.distributed does.
 
     >>> g = lf.distributed.all_reduce(grad)          # the sum of every rank's grad
     """

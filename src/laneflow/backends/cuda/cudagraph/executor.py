@@ -370,6 +370,8 @@ class PinnedLanes:
         self.ctx = ctx
 
     def before(self, s) -> None:
+        for p in self.watchers:  # a broken group or aborted communicator: no launch (its kernels would use it)
+            p.ready()
         for h, ev in zip(self.streams, self.events):
             check(cu.cuEventRecord(ev, h), "cuEventRecord (communication lane)")
             check(cu.cuStreamWaitEvent(s, ev, 0), "cuStreamWaitEvent (communication lane)")
