@@ -459,11 +459,37 @@ if MODE == "calls":
     comm = g._lanes[lf.gpu].handle
     eager = [(n, a) for n, a in fake_nccl.CALLS if n != "comm_init_rank"]
     f = lf.compile(lambda v: dist.all_reduce(v * 2) + dist.all_reduce(v, "min"))
+    order = []  # (call, stream, event) of event records, waits and graph launches, in order
+    calls = dict(fake_cuda.FAKES)
+    def rec(ev, st, _f=calls["cuEventRecord"]):
+        order.append(("record", int(st), int(ev)))
+        return _f(ev, st)
+    def wait(st, ev, flags, _f=calls["cuStreamWaitEvent"]):
+        order.append(("wait", int(st), int(ev)))
+        return _f(st, ev, flags)
+    def launch(g, st, _f=calls.get("cuGraphLaunch", lambda *a: (fake_cuda.OK,))):
+        order.append(("launch", int(st), 0))
+        return _f(g, st)
+    fake_cuda.FAKES.update(cuEventRecord=rec, cuStreamWaitEvent=wait, cuGraphLaunch=launch)
     for _ in range(3):
         with lf.stream(s):
             y = f(x)
         lf.eval(y)
-    print(json.dumps({"eager": [[n, list(a[2:5]) if n != "broadcast" else list(a[2:5]), a[-1] == comm] for n, a in eager],
+    # around each launch: an event recorded on the communication lane and waited for by the launch's
+    # stream before it; one recorded on the launch's stream and waited for by the lane after it
+    def recorded_on(e, j):  # the stream event e was last recorded on before position j
+        return next((t for c, t, x in reversed(order[:j]) if c == "record" and x == e), None)
+    launches = [i for i, o in enumerate(order) if o[0] == "launch"]
+    pinned = []
+    for n, i in enumerate(launches):
+        st = order[i][1]
+        lo, hi = (launches[n - 1] + 1 if n else 0), (launches[n + 1] if n + 1 < len(launches) else len(order))
+        waited_before = any(c == "wait" and t == st and recorded_on(e, j) == comm
+                            for j, (c, t, e) in enumerate(order[lo:i], lo))
+        waited_after = any(c == "wait" and t == comm and recorded_on(e, j) == st
+                           for j, (c, t, e) in enumerate(order[i + 1:hi], i + 1))
+        pinned.append([waited_before, waited_after])
+    print(json.dumps({"pinned": pinned, "eager": [[n, list(a[2:5]) if n != "broadcast" else list(a[2:5]), a[-1] == comm] for n, a in eager],
                       "init": [list(a) for n, a in fake_nccl.CALLS if n == "comm_init_rank"],
                       "graph": f.stats()[0]["mode"], "stats": {k: v for k, v in f.stats()[0].items() if isinstance(v, (int, str))}, "seq": g.transports["gpu"].seq,
                       "compiled_calls": [n for n, a in fake_nccl.CALLS[len(eager) + 1:]]}))
@@ -521,6 +547,7 @@ def test_nccl_calls_on_the_fake_driver(tmp_path):
     assert out["graph"] == "cuda graph"
     # the first call runs commands (two NCCL calls), each capture (one per output set) calls them once
     # more; launches call NCCL no more
+    assert out["pinned"] and all(p == [True, True] for p in out["pinned"]), out["pinned"]
     st = out["stats"]
     assert st["launches"] >= 2 and out["compiled_calls"] == ["all_reduce"] * (2 + 2 * st["captures"]), out
 
