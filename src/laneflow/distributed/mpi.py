@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .group import DistributedError
-from .signature import WIDTH, array_of, disagreement, row
+from .signature import WIDTH, agree, array_of, row
 from .transports import HALF, poll
 
 _GROUPS: list = []
@@ -87,13 +87,8 @@ class MPITransport:
     def _agree(self, op: str, reduction, root, shape, dtype) -> None:
         self.seq += 1
         g = self.group
-        if g.size == 1 or not g.check:
-            return
-        rows = np.empty((g.size, WIDTH), np.int64)
-        self._wait(self.comm.Iallgather(row(self.seq, op, reduction, root, shape, dtype), rows), op)
-        msg = disagreement(rows, g.rank)
-        if msg is not None:
-            raise DistributedError(f"{op}: {msg}")
+        if g.size > 1 and g.check:
+            gather_rows(self.comm, g, self.seq, op, reduction, root, shape, dtype)
 
     def run(self, lane, prim, ins, outs) -> None:
         op = prim.name
@@ -153,6 +148,14 @@ class MPITransport:
 
     def close(self) -> None:
         pass
+
+
+def gather_rows(comm, group, seq: int, op: str, reduction, root, shape, dtype) -> None:
+    """Every rank's signature row of its ``seq``-th collective, gathered over the MPI communicator
+    ``comm`` (polled against the group's timeout); raises when they disagree."""
+    rows = np.empty((group.size, WIDTH), np.int64)
+    poll(comm.Iallgather(row(seq, op, reduction, root, shape, dtype), rows).Test, group, op, seq)
+    agree(rows, group.rank, op)
 
 
 def _abort_if_broken() -> None:

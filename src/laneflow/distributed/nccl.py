@@ -36,7 +36,7 @@ from .. import dtypes as dt
 from ..backends.cuda.driver import check
 from ..runtime.lane import DeferredCheck
 from .group import DistributedError
-from .signature import WIDTH, disagreement, row
+from .signature import WIDTH, agree, row
 from .transports import poll
 
 #: ncclDataType_t of each dtype NCCL moves natively (bool as bytes; complex as pairs of its float)
@@ -171,8 +171,8 @@ class NCCLTransport:
         if op in ("send", "recv") and prim.tag:
             raise DistributedError(f"{op}: NCCL has no message tags (tag={prim.tag}); on GPUs a send and its recv "
                                    "pair by order between the two ranks: use tag=0")
-        if ref is not None and op != "barrier":
-            count, ty = self._count(x if op in ("send", "broadcast", "all_gather") else ref if op == "recv" else out, op)
+        if ref is not None and op != "barrier":  # (the count of a gather or a broadcast is its input's)
+            count, ty = self._count(x if op in ("send", "broadcast", "all_gather") else out, op)
             red = self._reduction(op, prim.reduction, dtype) if prim.reduction is not None else 0
         self.seq += 1
         seq = self.seq
@@ -235,54 +235,49 @@ class NCCLTransport:
         g = self.group
         if g.size == 1 or not g.check or op in ("send", "recv"):
             return
-        if self.side is None and lane.checks is None:
+        if self.side is not None:  # over MPI, on the host
+            from .mpi import gather_rows
+            gather_rows(self.side, g, seq, op, reduction, root, shape, dtype)
+            return
+        if lane.checks is None:
             return  # being captured into a CUDA graph: no host wait there (the ranks agreed on the trace)
+        # through NCCL: the host waits for the rows, so for the communication lane
         mine = row(seq, op, reduction, root, shape, dtype)
         rows = np.empty((g.size, WIDTH), np.int64)
-        if self.side is not None:
-            poll(self.side.Iallgather(mine, rows).Test, g, op, seq)
-        else:  # through NCCL: the host waits for the rows, so for the communication lane
-            base = self._scratch(lane)  # rank r's row at base + r * WIDTH * 8
-            check(cu.cuMemcpyHtoDAsync(base + g.rank * WIDTH * 8, mine.ctypes.data, WIDTH * 8, lane.stream),
-                  f"{op}: signature upload")
-            with self._lock:
-                self._usable(op)
-                self.N.all_gather(base + g.rank * WIDTH * 8, base, WIDTH, 4, self.comm, lane.handle)
-            try:  # the gather done before the copy (into pageable memory, it would block inside the driver)
-                poll(lambda: cu.cuStreamQuery(lane.stream)[0] == cu.CUresult.CUDA_SUCCESS, g, op, seq)
-            except DistributedError:
-                self._fail(seq, op, f"the ranks' signatures did not meet within {g.timeout:g} s")
-                raise
-            check(cu.cuMemcpyDtoHAsync(rows.ctypes.data, base, rows.nbytes, lane.stream), f"{op}: signature read")
-        msg = disagreement(rows, g.rank)
-        if msg is not None:
-            raise DistributedError(f"{op}: {msg}")
+        base = self._scratch(lane)  # rank r's row at base + r * WIDTH * 8
+        check(cu.cuMemcpyHtoDAsync(base + g.rank * WIDTH * 8, mine.ctypes.data, WIDTH * 8, lane.stream),
+              f"{op}: signature upload")
+        with self._lock:
+            self._usable(op)
+            self.N.all_gather(base + g.rank * WIDTH * 8, base, WIDTH, 4, self.comm, lane.handle)
+        try:  # the gather done before the copy (into pageable memory, it would block inside the driver)
+            poll(lambda: cu.cuStreamQuery(lane.stream)[0] == cu.CUresult.CUDA_SUCCESS, g, op, seq)
+        except DistributedError:
+            self._fail(seq, op, f"the ranks' signatures did not meet within {g.timeout:g} s")
+            raise
+        check(cu.cuMemcpyDtoHAsync(rows.ctypes.data, base, rows.nbytes, lane.stream), f"{op}: signature read")
+        agree(rows, g.rank, op)
 
     # -- the watchdog ---------------------------------------------------------------------------
     def _follow(self, lane, seq: int, op: str) -> None:
-        """Watch the collective just enqueued: an event after it, a deadline, a deferred check on its
-        outputs. In a graph capture no command runs: the executor follows the whole launch instead
-        (``follow_launch``)."""
+        """Watch what the running command on ``lane`` just enqueued (``seq``): an event after it that
+        must pass within the timeout, and a deferred check on the command's outputs. In a graph capture
+        no command runs: the executor follows the whole launch instead (``follow_launch``)."""
         if lane.checks is None:
             return
-        self.follow_stream(lane.stream, seq, op)
-        lane.defer(DeferredCheck(lambda seq=seq: self.error_of(seq)))
-
-    def follow_stream(self, stream, seq: int, op: str) -> None:
-        """Record an event on ``stream`` now and fail ``seq`` if it has not passed within the timeout."""
         ev = self._free.pop() if self._free else check(
             cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING.value), f"{op}: watchdog event")
-        check(cu.cuEventRecord(ev, stream), f"{op}: watchdog event")
+        check(cu.cuEventRecord(ev, lane.stream), f"{op}: watchdog event")
         with self._cv:
             self._pending.append((ev, seq, op, time.monotonic() + self.group.timeout))
             self._cv.notify()
+        lane.defer(DeferredCheck(lambda: self.error_of(seq)))
 
     def follow_launch(self, lane) -> None:
         """A CUDA graph holding this communicator's collectives was just launched on ``lane`` (inside
         its command): follow it as one collective, and fail its values if the watchdog fails it."""
         self.seq += 1
-        self.follow_stream(lane.stream, self.seq, "compiled graph")
-        lane.defer(DeferredCheck(lambda seq=self.seq: self.error_of(seq)))
+        self._follow(lane, self.seq, "compiled graph")
 
     def error_of(self, seq: int) -> DistributedError | None:
         why = self.failed.get(seq)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
+from .group import DistributedError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier")
 REDUCTIONS = (None, "sum", "prod", "max", "min", "avg")
@@ -52,3 +53,10 @@ def disagreement(rows: np.ndarray, rank: int) -> str | None:
             return (f"rank {r} called {describe(other)} where rank {rank} called {describe(mine)}; every rank "
                     "must call the same collectives, with the same shapes and dtypes, in the same order")
     return None
+
+
+def agree(rows: np.ndarray, rank: int, op: str) -> None:
+    """Raise :class:`DistributedError` naming both calls when another rank's row differs from this one's."""
+    msg = disagreement(rows, rank)
+    if msg is not None:
+        raise DistributedError(f"{op}: {msg}")
