@@ -163,6 +163,30 @@ def test_two_graphs_with_alike_roots_take_turns_and_each_gives_its_own_values(rn
         np.testing.assert_allclose(np.asarray(y), want, rtol=1e-12)
 
 
+def test_alternating_graphs_with_alike_roots_each_hit_through_their_own_template(rng, monkeypatch):
+    """Two structures ending in the same primitive and shape, taking turns (bench gpt2's two models and
+    two streams do): each finds its own template, with no walk, and gives its own values."""
+    xn = rng.standard_normal(8)
+    x = lf.array(xn)
+    lf.eval(x)
+    steps = {"exp": lambda s: (lf.exp(x) * s).sum(), "sin": lambda s: (lf.sin(x) * s + 1.0).sum(),
+             "tanh": lambda s: (lf.tanh(x * s) * s).sum()}
+    want = {"exp": lambda s: (np.exp(xn) * s).sum(), "sin": lambda s: (np.sin(xn) * s + 1.0).sum(),
+            "tanh": lambda s: (np.tanh(xn * s) * s).sum()}
+    for s in (0.5, 1.5, 2.5):  # each: sighted, built, first hit (which makes its template)
+        for f in steps:
+            lf.eval(steps[f](s))
+    walks = []
+    real = eval_cache._walk
+    monkeypatch.setattr(eval_cache, "_walk", lambda roots: walks.append(1) or real(roots))
+    for k in range(9):
+        f, s = list(steps)[k % 3], 0.25 * k - 1.0
+        y = steps[f](s)
+        lf.eval(y)
+        np.testing.assert_allclose(np.asarray(y), want[f](s), rtol=1e-12)
+    assert walks == []
+
+
 def test_an_evicted_plan_leaves_no_template_behind(rng):
     eval_cache.configure(max_entries=1)
     x = lf.array(rng.standard_normal(8))

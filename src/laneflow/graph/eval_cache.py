@@ -221,13 +221,12 @@ def schedule(roots) -> None:
     seen before, else one command each. Returns without waiting for the work."""
     with _sched.LOCK:
         if ENABLED and not _bypass[0] and not _building[0]:
-            t = _templates.template_for(roots)
-            if t is not None:
-                m = _templates.match(t, roots)
-                if m is not None:
-                    _entries.move_to_end(t.entry.key)
-                    _hit(t.entry, *m)
-                    return
+            found = _templates.find(roots)
+            if found is not None:
+                t, m = found
+                _entries.move_to_end(t.entry.key)
+                _hit(t.entry, *m)
+                return
             w = _walk(roots)
             if w is _CONSTANT:
                 # host data in the graph is a value: upload it first, so that it is a leaf of the plan

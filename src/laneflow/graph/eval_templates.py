@@ -7,8 +7,10 @@ a template instead holds the key's per-node entries in the walk's order, and a n
 against them position by position (``match``): its nodes are placed where the template's references
 say their users read them, then compared all at once with the nodes of the graph the template was
 made from (the same shared primitives, users, shapes: one C loop), and against the key's entries only
-where they differ (a primitive made anew, a node an array holds). Templates are filed under their roots' signature (each root's primitive key and shape), one
-per signature, the plan those roots last hit; a failed check falls back to the walk.
+where they differ (a primitive made anew, a node an array holds). Templates are filed under their roots'
+signature (each root's primitive key and shape), up to :data:`PER_SIGNATURE` per signature, the plans
+those roots hit most recently first (a program alternating between graphs that end alike: one model on
+two streams, or two variants of a model); a failed check falls back to the walk.
 """
 
 from __future__ import annotations
@@ -41,8 +43,12 @@ class Template:
         self.nodes = list(map(_NODE, order))
 
 
-#: root signature (each root's primitive key and shape) -> the template of the plan it last hit
+#: root signature (each root's primitive key and shape) -> the templates of the plans it hit, latest first
 TEMPLATES: dict = {}
+#: templates kept per signature: ``bench gpt2`` alternates four eager rows (two models, each on a 1-lane
+#: and a multi-lane stream) whose logits end alike; with one template per signature every hit of the
+#: CPU rows fell back to the walk (about 100 us of 780 on the CPU VM, lf.nn B=1)
+PER_SIGNATURE = 8
 
 
 def signature(roots) -> tuple | None:
@@ -81,20 +87,39 @@ def remember(entry, roots, order: list, dep: list, bound: int) -> None:
         at = {id(d): k for k, d in enumerate(order)}
         sc_pos = [k for k, d in enumerate(order) if dep[k] and d.prim._ck[1]]
         t = entry.template = Template(entry, sig, [at[id(r)] for r in roots], sc_pos, order)
-    if len(TEMPLATES) >= bound and t.sig not in TEMPLATES:
-        TEMPLATES.clear()
-    TEMPLATES[t.sig] = t
+    kept = TEMPLATES.get(t.sig)
+    if kept is None:
+        if len(TEMPLATES) >= bound:
+            TEMPLATES.clear()
+        TEMPLATES[t.sig] = [t]
+    elif kept[0] is not t:
+        _first(kept, t)
+
+
+def _first(kept: list, t: Template) -> None:
+    """``t`` to the front of its signature's list, which keeps at most PER_SIGNATURE."""
+    for k, x in enumerate(kept):
+        if x is t:
+            del kept[k]
+            break
+    kept.insert(0, t)
+    del kept[PER_SIGNATURE:]
 
 
 def forget(entry) -> None:
     """An evicted entry's template goes too (it would keep the plan and its memory alive)."""
     entry.alive = False
     t = entry.template
-    if t is not None and TEMPLATES.get(t.sig) is t:
-        del TEMPLATES[t.sig]
+    kept = TEMPLATES.get(t.sig) if t is not None else None
+    if kept is not None:
+        kept[:] = [x for x in kept if x is not t]
+        if not kept:
+            del TEMPLATES[t.sig]
 
 
-def template_for(roots) -> "Template | None":
+def find(roots) -> "tuple[Template, tuple] | None":
+    """The template whose graph the graph of ``roots`` repeats, and ``match``'s result for it: the
+    signature's templates tried latest first (one of another stream is passed over at once)."""
     if len(roots) == 1:  # (one new node over evaluated inputs: the usual uncached eager eval)
         for i in roots[0].inputs:
             if i.prim is not None:
@@ -105,13 +130,33 @@ def template_for(roots) -> "Template | None":
         return None
     sig = signature(roots)
     try:
-        t = TEMPLATES.get(sig) if sig is not None else None
+        kept = TEMPLATES.get(sig) if sig is not None else None
     except TypeError:  # a parameter that does not hash (a primitive of a user's)
         return None
-    if t is not None and not t.entry.alive:
-        del TEMPLATES[sig]
+    if kept is None:
         return None
-    return t
+    stream = roots[0].stream
+    for t in kept:
+        if t.entry.alive and t.nodes[t.root_pos[0]][1] is stream and _near(t, roots):
+            m = match(t, roots)
+            if m is not None:
+                if kept[0] is not t:
+                    _first(kept, t)
+                return t, m
+    return None
+
+
+def _near(t: Template, roots) -> bool:
+    """A cheap first look: the roots' pending inputs have the classes of primitive and the shapes that
+    the template's graph had there (what ``match`` would find out only after placing every node)."""
+    nodes, refs_of = t.nodes, t.refs
+    for r, k in zip(roots, t.root_pos):
+        for x, j in zip(r.inputs, refs_of[k]):
+            if j >= 0:
+                p, was = x.prim, nodes[j]
+                if p is None or p.__class__ is not was[0].__class__ or x.shape != was[4]:
+                    return False
+    return True
 
 
 def match(t: Template, roots) -> tuple | None:
