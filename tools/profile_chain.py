@@ -3,6 +3,12 @@ fusion cannot shrink): per-add time, its split into building and lf.eval, and cP
 
     python tools/profile_chain.py [gpu|cpu]
 """
+import cProfile
+import io
+import pstats
+import sys
+import time
+
 import numpy as np
 import laneflow as lf
 from laneflow.graph import fusion, eval_cache
