@@ -1,6 +1,6 @@
 """Where the host time of a GPT-2 small eager forward goes: cProfile over repeated forwards.
 
-    python tools/profile_gpt2.py [--device gpu|cpu] [--batch 1] [--tokens 16] [--steps 5] [--fake] [--nn] [--uncached]
+    python tools/profile_gpt2.py [--device gpu|cpu] [--batch 1] [--tokens 16] [--steps 5] [--fake] [--nn] [--uncached] [--async]
 
 Prints the wall time per forward, the commands per forward, and the top functions by own time and by
 cumulative time. ``--fake`` runs the CUDA backend on the fake driver (tests/doubles/fake_cuda.py), so
@@ -30,6 +30,8 @@ def main() -> int:
     ap.add_argument("--nn", action="store_true", help="the model written with lf.nn (models.gpt2.NN_OPS)")
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--uncached", action="store_true", help="bypass the plan cache (every forward a first sighting)")
+    ap.add_argument("--async", dest="async_", action="store_true",
+                    help="lf.async_eval each forward (back to back, as bench gpt2 times them) instead of lf.eval")
     a = ap.parse_args()
     if a.fake:
         import fake_driver
@@ -51,10 +53,12 @@ def main() -> int:
 
     ops = gpt2.NN_OPS if a.nn else gpt2.LANEFLOW_OPS
 
+    finish = lf.async_eval if a.async_ else lf.eval
+
     def step():
         with lf.stream(st):
             y = gpt2.forward(params, ids, cfg, ops)
-        lf.eval(y)
+        finish(y)
         return y
 
     for _ in range(3):
@@ -71,7 +75,7 @@ def main() -> int:
         with lf.stream(st):
             y = gpt2.forward(params, ids, cfg, ops)
         t1 = time.perf_counter()
-        lf.eval(y)
+        finish(y)
         build, run = build + t1 - t0, run + time.perf_counter() - t1
     st.synchronize()
     print(f"split: building the graph {build / a.steps * 1e3:.2f} ms, lf.eval {run / a.steps * 1e3:.2f} ms per forward;"

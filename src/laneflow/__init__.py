@@ -19,7 +19,8 @@ from .dtypes import (  # noqa: F401
     bfloat16, bool_, complex64, complex128, dtype, float16, float32, float64, int8, int32, int64, result_type, uint8, uint32,
 )
 from .errors import CompileError, ExecutionError, LaneflowError, LinAlgError, OutOfMemoryError, PrecisionWarning
-from .evaluation import async_eval, eval, plan_cache_info, reset_stats, set_plan_cache, stats  # noqa: A004
+from .evaluation import (async_eval, eval, plan_cache_info, reset_stats, set_early_launch, set_plan_cache,  # noqa: A004
+                         stats)
 from .jit import compile  # noqa: A004 - MLX's name
 from .runtime.stream import Stream
 from .runtime.backend import DeviceUnavailableError
@@ -43,7 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "Device", "Stream", "cpu", "gpu", "default_device", "set_default_device", "new_stream",
     "default_stream", "stream", "synchronize", "gpu_available", "eval", "async_eval", "stats", "reset_stats",
-    "set_plan_cache", "plan_cache_info",
+    "set_plan_cache", "plan_cache_info", "set_early_launch",
     "compile", "CompileError", "from_dlpack", "LaneflowError", "DeviceUnavailableError", "ExecutionError", "OutOfMemoryError", "LinAlgError", "PrecisionWarning", "cuda", "distributed", "linalg", "nn", "random", "testing",
     "trace",
 ]

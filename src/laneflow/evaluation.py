@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from .array import Array
-from .graph import eval_cache
+from .graph import early, eval_cache
 from .graph import schedule as _sched
 from .graph.node import LazyData
 from .runtime.lane import CALLER, run_collected
@@ -102,6 +102,17 @@ def set_plan_cache(enabled: bool | None = None, *, executor_after: int | None = 
     """
     with _sched.LOCK:
         eval_cache.configure(enabled, executor_after, max_entries, max_bytes)
+
+
+def set_early_launch(every: int) -> None:
+    """Start an eager step's GPU work before its ``lf.eval``: after every ``every`` matrix products
+    made on GPU streams, the next one first launches its pending operands (as ``lf.async_eval``), so
+    the GPU computes while Python builds the rest (``graph/early.py``). Default 8; 0 turns it off
+    (``LANEFLOW_EARLY_LAUNCH=0`` at start-up). Results never change, only when work starts.
+
+    >>> lf.set_early_launch(0)   # one graph per lf.eval, as before
+    """
+    early.set_every(every)
 
 
 def plan_cache_info() -> dict[str, Any]:

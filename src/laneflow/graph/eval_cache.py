@@ -52,7 +52,7 @@ ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
 
 class _Entry:
     __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps",
-                 "key", "template", "alive", "uses")
+                 "key", "template", "alive", "uses", "units")
 
     def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
         self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
@@ -66,12 +66,14 @@ class _Entry:
         self.template = None  # its eval_templates.Template, made at its first hit
         self.alive = True  # False once evicted: a template must not lead to it any more
         self.uses: tuple | None = None  # (users per node once the graph is let go, reads per leaf): _finish
+        self.units: list = []  # executors of the plan besides plan.unit, each bound to other leaves (_unit_for)
 
 
 _entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
 _seen: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()  # keys sighted once
 _pinned = [0]
-STATS = {"hits": 0, "misses": 0, "sighted": 0, "bypassed": 0, "evicted": 0, "executor_runs": 0}
+STATS = {"hits": 0, "misses": 0, "sighted": 0, "bypassed": 0, "evicted": 0, "executor_runs": 0,
+         "early_launches": 0}  # (graph/early.py's)
 _building = [False]
 
 
@@ -220,6 +222,7 @@ def schedule(roots) -> None:
     """Submit every pending node needed by ``roots``: through a cached plan when this structure was
     seen before, else one command each. Returns without waiting for the work."""
     with _sched.LOCK:
+        _sched.SINCE[0] = 0
         if ENABLED and not _bypass[0] and not _building[0]:
             found = _templates.find(roots)
             if found is not None:
@@ -242,6 +245,11 @@ def schedule(roots) -> None:
             if w is _BYPASS:
                 STATS["bypassed"] += 1
         _sched.execute(_sched.toposort(roots))
+
+
+def building() -> bool:
+    """Whether a plan is being built (its first run evaluates nodes one at a time)."""
+    return _building[0]
 
 
 def _run_structure(roots, order: list, s: tuple) -> bool:
@@ -288,6 +296,8 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
                 _account(entry)
         unit = plan.unit
         if unit and scalars == entry.graph_scalars:
+            if getattr(unit, "misses", None) is not None:
+                unit = _unit_for(entry, unit, leaves)
             try:
                 lease = unit.run(leaves, entry.stream)
             except Exception as e:  # noqa: BLE001 - capture failed: replay commands from now on
@@ -302,6 +312,38 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     for ref, *_ in plan.outputs:
         outs.append(lease.buffer_of(specs[ref[1]]) if ref[0] == "slot" else _const_buffer(ref[1]))
     _finish(order, leaves, entry, outs)
+
+
+#: executors one plan may have, each reading its own set of leaves in place (below)
+MAX_UNITS = 8
+
+
+def _unit_for(entry: _Entry, unit, leaves: list):
+    """The executor of ``entry``'s plan to run these leaves on. An executor reads the buffers it was
+    first run with in place and copies any other in (``misses``): right for a step given new inputs
+    and the same weights, wrong for one structure run over several weight sets, as an eager forward
+    launched in pieces is (``graph/early.py``: GPT-2's pieces of two blocks each are one plan, run four
+    times a forward with other weights; on one executor each launch copied its blocks' weights in).
+    So when most leaves differ from every executor's, the plan gets another executor (up to
+    MAX_UNITS), bound to these leaves; otherwise the one that copies least runs."""
+    miss = unit.misses(leaves)
+    if not miss:
+        return unit
+    best, least = unit, miss
+    units = entry.units
+    for k, u in enumerate(units):
+        m = u.misses(leaves)
+        if m < least:
+            best, least = u, m
+            if not m:
+                break
+    if least * 2 > len(leaves) and len(units) + 1 < MAX_UNITS:
+        made = entry.stream.backend.graph_plan(entry.plan, entry.stream)
+        if made is not None:
+            units.append(made)
+            best = made
+            _account(entry)
+    return best
 
 
 def _build(roots, order: list, leaves: list, dep: list, key: tuple) -> _Entry:
@@ -392,10 +434,10 @@ def _uses(key: tuple) -> tuple:
 def _account(entry: _Entry) -> None:
     plan = entry.plan
     n = plan.memory.arena_bytes if plan.memory is not None else 0
-    unit = plan.unit
-    if unit:
-        st = unit.stats()
-        n += st.get("output_bytes", 0) * st.get("output_sets", 1) + st.get("kept_bytes", 0)
+    for unit in (plan.unit, *entry.units):
+        if unit:
+            st = unit.stats()
+            n += st.get("output_bytes", 0) * st.get("output_sets", 1) + st.get("kept_bytes", 0)
     _pinned[0] += n - entry.bytes
     entry.bytes = n
     _evict(entry)

@@ -9,6 +9,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
+from ..graph import early
 from .core import broadcast_shapes, cast, describe, node, operand, shared, stream_of
 from .primitives import Matmul
 
@@ -28,6 +29,8 @@ def matmul(a: Any, b: Any, /, *, stream: Any = None) -> Array:
         x, y = operand(a, st, "matmul"), operand(b, st, "matmul")
     if not x.shape or not y.shape:
         raise ValueError(f"matmul: operands must be at least 1-D, got {describe(x, y)}")
+    if early.EVERY:
+        early.matmul_made(st, (x, y))
     xs, ys = x.shape, y.shape
     if (x.dtype is y.dtype and len(xs) == len(ys) and len(xs) >= 2 and xs[:-2] == ys[:-2]
             and xs[-1] == ys[-2] and x.dtype in _FAST):

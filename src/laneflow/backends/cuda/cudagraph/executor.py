@@ -123,6 +123,16 @@ class GraphPlan:
                 "host_checked_calls": self.host_calls, "output_sets": len(self.outs.sets),
                 "arena_bytes": sum(r.nbytes for r in self.regions), "output_bytes": self.outs.out_bytes}
 
+    def misses(self, datas: list) -> int:
+        """How many of a call's arguments this graph would copy in, not read in place (a buffer other
+        than the one it was first run with): the plan cache runs a hit on its plan's executor that
+        copies least, or makes another (``eval_cache._unit_for``)."""
+        n = 0
+        for b, d in zip(self.args.bound, datas):
+            if b is not None and d.buffer is not b:
+                n += 1
+        return n
+
     def inplace_buffer(self, slot: int) -> Buffer:
         """The buffer of a slot written into a donated argument: its state buffer."""
         return self.states[self.inplace[slot]]

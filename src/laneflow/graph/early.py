@@ -1,0 +1,69 @@
+"""Early launch: an eager forward's work starts on the GPU while its Python still builds the rest.
+
+laneflow is lazy: an op makes a node, and nothing runs before ``lf.eval``, ``lf.async_eval`` or a host
+read. A model written in plain ops makes hundreds of nodes before its one eval, so without this the
+GPU idles while Python builds the graph, and all of the GPU's time comes after it (GPT-2 small on a
+cache hit: about 1 ms of graph building, then 0.46 ms of GPU work).
+
+Early launch: once :data:`EVERY` matrix products have been made on GPU streams since the last
+scheduling, the next one first schedules its pending operands, as ``lf.async_eval`` would, and the
+program goes on while they run. Each piece is a graph of its own in the plan cache, so a repeated
+forward hits a plan per piece (its templates are told apart by ``eval_templates``). A matrix product's
+operands are where a model's work naturally splits (a layer norm's or an activation's output), and
+an operand that is a layout change (reshape, transpose, slice, broadcast) is left pending: evaluating
+it would make it a copy that the whole graph does as a view.
+
+What it changes for a program: values are computed in pieces rather than in one graph, which is
+invisible to the results (value semantics) and to errors (a failed piece's values raise where they
+are needed, as after ``lf.async_eval``). CPU streams never launch early (their commands run on the
+host, which gains nothing from starting sooner), nor does anything inside ``lf.compile``'s tracing.
+
+``EVERY`` (default 8; ``LANEFLOW_EARLY_LAUNCH=0`` turns it off at start-up) is set by
+:func:`laneflow.set_early_launch`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..runtime.lane import CALLER
+from . import eval_cache
+from . import schedule as _sched
+from . import tracer as _tracer
+
+#: matrix products made on GPU streams between launches (0: early launch off)
+EVERY = max(0, int(os.environ.get("LANEFLOW_EARLY_LAUNCH", "8")))
+#: device types whose streams launch early (the tests add "cpu", to check the pieces against numpy on
+#: every machine)
+DEVICES = frozenset({"gpu"})
+#: primitives that are layout changes: never scheduled on their own here (see the module docstring)
+_LAYOUT = frozenset({"reshape", "transpose", "broadcast_to", "getitem"})
+#: the counter: matrix products made since the last scheduling (``eval_cache.schedule`` resets it)
+MADE = _sched.SINCE
+
+
+def set_every(n: int) -> None:
+    """Launch after every ``n`` matrix products (0: never)."""
+    global EVERY
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"set_early_launch: expected a count >= 0 (0 turns early launch off), got {n!r}")
+    EVERY = n
+
+
+def matmul_made(st, operands: tuple) -> None:
+    """A matrix product is about to be made on ``st`` from ``operands`` (their ArrayData): count it,
+    and when the count reaches ``EVERY``, schedule the operands' pending work first."""
+    n = MADE[0] = MADE[0] + 1
+    if n < EVERY or not EVERY or st.device.type not in DEVICES or _tracer.ACTIVE[0] or eval_cache.building():
+        return
+    roots = [d for d in operands if d.prim is not None and d.prim.kind not in _LAYOUT]
+    if not roots:
+        return  # counted still: the next product launches
+    outer = CALLER.collect  # as lf.async_eval: no command is left to this thread, which will not wait
+    CALLER.collect = None
+    try:
+        with _sched.LOCK:
+            eval_cache.STATS["early_launches"] += 1
+            eval_cache.schedule(roots)
+    finally:
+        CALLER.collect = outer
