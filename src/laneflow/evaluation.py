@@ -107,10 +107,12 @@ def set_plan_cache(enabled: bool | None = None, *, executor_after: int | None = 
 def set_early_launch(every: int) -> None:
     """Start an eager step's GPU work before its ``lf.eval``: after every ``every`` matrix products
     made on GPU streams, the next one first launches its pending operands (as ``lf.async_eval``), so
-    the GPU computes while Python builds the rest (``graph/early.py``). Default 8; 0 turns it off
-    (``LANEFLOW_EARLY_LAUNCH=0`` at start-up). Results never change, only when work starts.
+    the GPU computes while Python builds the rest (``graph/early.py``). Off by default (0;
+    ``LANEFLOW_EARLY_LAUNCH=n`` at start-up): each launch costs the host about a plan-cache hit, more
+    than GPT-2 small's pieces hide; it pays where a piece's GPU time is larger (big batches or models).
+    Results never change, only when work starts.
 
-    >>> lf.set_early_launch(0)   # one graph per lf.eval, as before
+    >>> lf.set_early_launch(8)   # launch after every 8 products
     """
     early.set_every(every)
 

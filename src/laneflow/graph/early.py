@@ -18,8 +18,14 @@ invisible to the results (value semantics) and to errors (a failed piece's value
 are needed, as after ``lf.async_eval``). CPU streams never launch early (their commands run on the
 host, which gains nothing from starting sooner), nor does anything inside ``lf.compile``'s tracing.
 
-``EVERY`` (default 8; ``LANEFLOW_EARLY_LAUNCH=0`` turns it off at start-up) is set by
-:func:`laneflow.set_early_launch`.
+``EVERY`` is set by :func:`laneflow.set_early_launch` or ``LANEFLOW_EARLY_LAUNCH=n`` at start-up. It is
+**off by default** (0): each launch costs the host a plan-cache hit of its own (a template match, an
+executor launch, the piece's outputs made), measured at about 200 us on the H200's host and 60-80 us on
+the fake driver, more than the GPU time a piece of GPT-2 small hides (454 us for the whole forward).
+On GPT-2 small (lf.nn, B=1, 16 tokens, bf16, a cache hit; ``tools/probe_hit_gpu.py --every 0,4,8,12``,
+H200, 2026-12-04) one forward timed as ``bench gpt2`` does took 2139 us off, 3991 us at 4, 2972 us at 8
+and 2291 us at 12. It pays where a piece's GPU time is larger than that cost (large batches, large
+models, long sequences): turn it on there.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from . import eval_cache
 from . import schedule as _sched
 from . import tracer as _tracer
 
-#: matrix products made on GPU streams between launches (0: early launch off)
-EVERY = max(0, int(os.environ.get("LANEFLOW_EARLY_LAUNCH", "8")))
+#: matrix products made on GPU streams between launches (0, the default: early launch off)
+EVERY = max(0, int(os.environ.get("LANEFLOW_EARLY_LAUNCH", "0")))
 #: device types whose streams launch early (the tests add "cpu", to check the pieces against numpy on
 #: every machine)
 DEVICES = frozenset({"gpu"})
