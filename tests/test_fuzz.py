@@ -12,7 +12,9 @@ random points, and uses across 1-3 streams of 1-4 lanes) runs three ways:
 
 The many-lane run repeats the program three times on its streams, with new input values each time,
 so that its graphs hit the plan cache (``graph/eval_cache.py``: the second sighting builds a plan, the
-third replays it; with the executor after no hits, that third run is a CUDA graph or one command);
+third replays it; with the executor after no hits, that third run is a CUDA graph or one command),
+and two programs in three launch early (``graph/early.py``: after every first or second matrix
+product, the next one's pending operands are scheduled on their own, on the CPU too);
 the one-lane run has the cache off and, on the GPU, elementwise fusion off too. The many-lane runs
 must equal numpy, and their first run the one-lane run bit for bit (on the CPU; within float
 tolerance on the GPU, where fused kernels and library calls may differ in the last bits). ``LANEFLOW_FUZZ_PROGRAMS`` (or
@@ -307,11 +309,12 @@ def make_inputs(prog, rep: int = 0):
 
 
 def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache: bool = True,
-                 fuse: bool = True):
+                 fuse: bool = True, early_every: int = 0):
     """The program ``repeats`` times on one set of streams (new inputs each time): a list of
     (laneflow results, numpy references) per repetition. ``device``: a Device, or a list of them
-    that the streams take in turn (arrays spread over several GPUs)."""
-    from laneflow.graph import eval_cache, fusion
+    that the streams take in turn (arrays spread over several GPUs). ``early_every``: early launch
+    after every so many matrix products, on every device (0: off)."""
+    from laneflow.graph import early, eval_cache, fusion
 
     devices = device if isinstance(device, list) else [device]
     streams = [lf.new_stream(devices[k % len(devices)], lanes=n) for k, n in enumerate(lanes_per_stream)]
@@ -320,6 +323,8 @@ def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache
     fusion.set_enabled(fuse)
     saved_after = eval_cache.EXECUTOR_AFTER
     eval_cache.configure(executor_after=0)  # the third run uses the backend's executor
+    saved_early = early.EVERY, early.DEVICES
+    early.EVERY, early.DEVICES = early_every, frozenset({"cpu", "gpu"})
     try:
         for rep in range(repeats):
             pool = Pool(make_inputs(prog, rep), streams)
@@ -335,6 +340,7 @@ def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache
     finally:
         fusion.set_enabled(was_fuse)
         eval_cache.configure(executor_after=saved_after)
+        early.EVERY, early.DEVICES = saved_early
     for st in streams:
         st.close()
     return out
@@ -365,7 +371,7 @@ def check_program(prog, device, spread: list | None = None):
     streams = prog["streams"]
     if spread:
         streams = streams + [2] * (len(spread) - len(streams))
-    runs = run_laneflow(prog, spread or device, streams, delays=True, repeats=3)
+    runs = run_laneflow(prog, spread or device, streams, delays=True, repeats=3, early_every=prog["seed"] % 3)
     assert len(one) == len(ref)
     for k, (a, r) in enumerate(zip(one, ref)):
         _agree(a, r, device, k, "numpy (one lane, no plan cache)")

@@ -15,7 +15,7 @@ two streams, or two variants of a model); a failed check falls back to the walk.
 
 from __future__ import annotations
 
-from itertools import compress
+from itertools import chain, compress
 from operator import attrgetter, ne
 
 #: What a hit compares of every node, and of every leaf, in one pass over them (C loops, not Python)
@@ -30,13 +30,15 @@ class Template:
     (``TEMPLATES``): a forward evaluated again and again reaches its plan in one check per node and
     input, with no dictionary of nodes, no new key and no hash of it."""
 
-    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed", "refs", "nodes")
+    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed", "refs", "nodes",
+                 "place", "leaf_place", "flat", "counts")
 
     def __init__(self, entry, sig: tuple, root_pos: list, sc_pos: list, order: list):
         ents, fixed, meta = entry.key
         self.entry, self.sig, self.ents, self.fixed, self.leaf_meta = entry, sig, ents, fixed, list(meta)
         self.root_pos, self.sc_pos, self.n_leaves = root_pos, sc_pos, len(meta)
-        self.refs = [e[4] for e in ents]
+        self.refs = refs = [e[4] for e in ents]
+        self.place, self.leaf_place, self.flat, self.counts = _placing(refs, root_pos, len(meta))
         # the nodes' attributes as this graph had them: a later graph built by the same code has the
         # same primitives (``ops.core.shared``), users and array counts, and is checked by comparing
         # these alone; any difference falls back to the check of each key entry (``_check``)
@@ -159,44 +161,59 @@ def _near(t: Template, roots) -> bool:
     return True
 
 
+def _placing(refs: list, root_pos: list, n_leaves: int) -> tuple:
+    """How ``match`` finds a graph's nodes from its roots: ``place``, (position, user position, input
+    slot) of every node but the roots, in an order where each user is found before its inputs (the
+    walk's order puts inputs first, so users from the last position down; a node is read at its first
+    such reference); ``leaf_place``, (user position, slot) per leaf; ``flat``, every reference of every
+    node in order as an index into nodes + leaves; ``counts``, each node's number of inputs."""
+    n = len(refs)
+    found = set(root_pos)
+    place, leaf_at = [], [None] * n_leaves
+    for k in range(n - 1, -1, -1):
+        for s, j in enumerate(refs[k]):
+            if j >= 0:
+                if j not in found:
+                    found.add(j)
+                    place.append((j, k, s))
+            elif leaf_at[-1 - j] is None:
+                leaf_at[-1 - j] = (k, s)
+    flat = [j if j >= 0 else n - 1 - j for r in refs for j in r]
+    return place, leaf_at, flat, [len(r) for r in refs]
+
+
+_INPUTS = attrgetter("inputs")
+_PRIM = attrgetter("prim")
+
+
 def match(t: Template, roots) -> tuple | None:
     """``(order, leaves, scalars)`` when the graph of ``roots`` has ``t``'s structure (what ``_walk``
-    would key alike), else None. From the last position down, a node is the root or the input that a
-    later node's references put there; an input is the node found there before or, at its first
-    reference, is placed there (a pending node) or numbered as a leaf (an evaluated value). Then every
-    node must agree with its entry and every leaf with its metadata, and all must be distinct, as they
-    are in the walk."""
-    refs_of = t.refs
-    n = len(refs_of)
-    nodes: list = [None] * n
+    would key alike), else None. The roots are put at their positions, and every other node and leaf
+    is read from the input of a user found before it (``t.place``, ``t.leaf_place``); then every
+    node's inputs must be exactly the nodes and leaves the template's references name (compared as
+    one list, in C), every node must agree with its entry, every leaf be evaluated and agree with its
+    metadata, and all be distinct, as they are in the walk."""
+    nodes: list = [None] * len(t.refs)
     for r, k in zip(roots, t.root_pos):
         nodes[k] = r
-    leaves: list = [None] * t.n_leaves
-    for k in range(n - 1, -1, -1):
-        d = nodes[k]
-        if d is None:
-            return None
-        ins, refs = d.inputs, refs_of[k]
-        if len(ins) != len(refs):
-            return None
-        for x, j in zip(ins, refs):
-            if j >= 0:
-                y = nodes[j]
-                if y is None:
-                    nodes[j] = x
-                elif y is not x:
-                    return None
-            else:
-                y = leaves[-1 - j]
-                if y is None:
-                    if x.prim is not None:  # pending: not a leaf now
-                        return None
-                    leaves[-1 - j] = x
-                elif y is not x:
-                    return None
+    try:
+        for j, k, s in t.place:
+            nodes[j] = nodes[k].inputs[s]
+        leaves = [nodes[k].inputs[s] for k, s in t.leaf_place]
+    except IndexError:  # a node with fewer inputs than the template's
+        return None
+    ins = list(map(_INPUTS, nodes))
+    if list(map(len, ins)) != t.counts:
+        return None
+    pool = nodes + leaves
+    if list(chain.from_iterable(ins)) != list(map(pool.__getitem__, t.flat)):
+        return None
+    if list(map(_PRIM, leaves)).count(None) != len(leaves):
+        return None  # a pending value where the template has a leaf
     now = list(map(_NODE, nodes))
     if now != t.nodes and not _check(t, nodes, now):
         return None
+    n = len(nodes)
     if len(set(map(id, nodes))) != n or len(set(map(id, leaves))) != len(leaves):
         return None
     if list(map(_LEAF, leaves)) != t.leaf_meta:
