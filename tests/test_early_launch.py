@@ -167,12 +167,14 @@ forward()
 # a launch at every second product: the pieces are layer 1, layers 2-3, ..., layers 10-11, layer 12
 assert eval_cache.STATS["early_launches"] - launches == 6, eval_cache.STATS
 assert eval_cache.STATS["executor_runs"] - runs == 7, eval_cache.STATS   # every piece a CUDA graph
-# the five middle pieces are one plan over five weight sets: an executor each (the plan's own and
-# four more), which reads its weights in place; the first and the last (one layer each) are another
-# plan over two
+# the five middle pieces are one plan over five weight sets: from its second sighting each set has an
+# executor of its own reading its weights in place (the plan's first executor copies in what it was
+# not first run with); the first and the last piece (one layer each) are another plan, whose last
+# piece differs from the first in its weight and its input, which is new at every call: only the
+# first gets an executor of its own
 units = sorted(len(e.units) for e in eval_cache._entries.values())
-assert units == [1, 4], units
-# per piece at most the value passed on from the piece before is copied in: no weight is
+assert units == [1, 5], units
+# the middle pieces copy in the value passed on from the piece before, the last piece that and its weight
 assert copies[0] <= 7, copies
 print("ok")
 '''
@@ -183,4 +185,39 @@ def test_pieces_alike_over_other_weights_get_an_executor_each(tmp_path):
     from conftest import run_under_fake_driver
 
     p = run_under_fake_driver(_ALIKE_PIECES, tmp_path, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+
+
+_FRESH_INPUTS = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.graph import eval_cache
+
+st = lf.new_stream(lf.gpu, lanes=1)
+w = lf.array(np.ones((16, 16), np.float32), stream=st)
+lf.eval(w)
+for k in range(12):  # every call with new inputs (no weight set that recurs): one executor, staging
+    a = lf.array(np.full((4, 16), k, np.float32), stream=st)
+    b = lf.array(np.full((4, 16), -k, np.float32), stream=st)
+    lf.eval(a, b)
+    with lf.stream(st):
+        y = lf.tanh(a + b) * 2.0 + a
+    lf.eval(y)
+assert eval_cache.STATS["executor_runs"] >= 8, eval_cache.STATS
+assert [len(e.units) for e in eval_cache._entries.values()] == [0], [len(e.units) for e in eval_cache._entries.values()]
+print("ok")
+'''
+
+
+def test_fresh_inputs_at_every_call_keep_one_executor(tmp_path):
+    """Leaves that are new at every call (not a recurring weight set) are copied into the plan's one
+    executor, as before: no capture per call."""
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed (pip install -e '.[dev]')")
+    from conftest import run_under_fake_driver
+
+    p = run_under_fake_driver(_FRESH_INPUTS, tmp_path, timeout=120)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import collections
 import os
+import weakref
+from operator import is_
 from typing import Any
 
 from . import eval_templates as _templates
@@ -52,7 +54,7 @@ ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
 
 class _Entry:
     __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps",
-                 "key", "template", "alive", "uses", "units")
+                 "key", "template", "alive", "uses", "units", "missed")
 
     def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
         self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
@@ -67,6 +69,7 @@ class _Entry:
         self.alive = True  # False once evicted: a template must not lead to it any more
         self.uses: tuple | None = None  # (users per node once the graph is let go, reads per leaf): _finish
         self.units: list = []  # executors of the plan besides plan.unit, each bound to other leaves (_unit_for)
+        self.missed: list = []  # leaf sets (weak references to their buffers) no executor reads in place
 
 
 _entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
@@ -324,8 +327,9 @@ def _unit_for(entry: _Entry, unit, leaves: list):
     and the same weights, wrong for one structure run over several weight sets, as an eager forward
     launched in pieces is (``graph/early.py``: GPT-2's pieces of two blocks each are one plan, run four
     times a forward with other weights; on one executor each launch copied its blocks' weights in).
-    So when most leaves differ from every executor's, the plan gets another executor (up to
-    MAX_UNITS), bound to these leaves; otherwise the one that copies least runs."""
+    So when most leaves differ from every executor's and mostly the same leaves were seen before (a
+    weight set that recurs, not a call's fresh inputs), the plan gets another executor (up to MAX_UNITS),
+    bound to these leaves; otherwise the one that copies least runs."""
     miss = unit.misses(leaves)
     if not miss:
         return unit
@@ -338,6 +342,15 @@ def _unit_for(entry: _Entry, unit, leaves: list):
             if not m:
                 break
     if least * 2 > len(leaves) and len(units) + 1 < MAX_UNITS:
+        seen, missed = [d.buffer for d in leaves], entry.missed
+        for k, was in enumerate(missed):  # mostly the same live buffers as a set seen before: it recurs
+            if sum(map(is_, seen, [r() for r in was])) * 2 > len(seen):
+                del missed[k]
+                break
+        else:
+            missed.append([weakref.ref(b) for b in seen])  # (fresh inputs die: never seen again)
+            del missed[:-MAX_UNITS]
+            return best
         made = entry.stream.backend.graph_plan(entry.plan, entry.stream)
         if made is not None:
             units.append(made)

@@ -124,12 +124,12 @@ class GraphPlan:
                 "arena_bytes": sum(r.nbytes for r in self.regions), "output_bytes": self.outs.out_bytes}
 
     def misses(self, datas: list) -> int:
-        """How many of a call's arguments this graph would copy in, not read in place (a buffer other
-        than the one it was first run with): the plan cache runs a hit on its plan's executor that
-        copies least, or makes another (``eval_cache._unit_for``)."""
+        """How many of a call's arguments this graph would copy in, not read in place (an argument
+        staged already, or a buffer other than the one it reads in place): the plan cache runs a hit on
+        its plan's executor that copies least, or makes another (``eval_cache._unit_for``)."""
         n = 0
         for b, d in zip(self.args.bound, datas):
-            if b is not None and d.buffer is not b:
+            if b is None or d.buffer is not b:
                 n += 1
         return n
 
