@@ -115,6 +115,20 @@ def test_other_streams_and_values_held_by_the_program_are_kept(launching, rng):
         np.testing.assert_allclose(np.asarray(k), xn @ w, rtol=1e-12, atol=1e-12)
 
 
+def test_an_error_while_launching_early_waits_for_the_eval(launching, rng):
+    st = lf.new_stream(launching, lanes=1)
+    a = lf.array(rng.standard_normal((4, 4)), stream=st)
+    w = lf.array(rng.standard_normal((4, 4)))
+    lf.eval(a, w)
+    h = lf.exp(a, stream=st)
+    st.close()
+    p = lf.ones((4, 4)) @ w
+    for _ in range(3):  # the third launches h's pending work on a closed stream: not here
+        p = h @ w
+    with pytest.raises(lf.LaneflowError):
+        lf.eval(p)
+
+
 def test_set_early_launch_checks_its_count():
     with pytest.raises(ValueError, match="set_early_launch"):
         lf.set_early_launch(-1)
@@ -176,6 +190,21 @@ units = sorted(len(e.units) for e in eval_cache._entries.values())
 assert units == [1, 5], units
 # the middle pieces copy in the value passed on from the piece before, the last piece that and its weight
 assert copies[0] <= 7, copies
+info = lf.plan_cache_info()
+assert info["executors"] == 2 + 6, info
+assert info["pinned_bytes"] == sum(e.bytes for e in eval_cache._entries.values()) > 0, info
+
+# an extra executor that fails goes alone: the plan's other executors keep running
+entry = next(e for e in eval_cache._entries.values() if len(e.units) == 5)
+bad = entry.units[2]
+def fail(*a, **k):
+    raise RuntimeError("capture failed")
+bad.run = fail
+runs = eval_cache.STATS["executor_runs"]
+forward()
+forward()
+assert entry.plan.unit and len(entry.units) == 4 and all(u is not bad for u in entry.units), entry.units
+assert eval_cache.STATS["executor_runs"] - runs >= 12, eval_cache.STATS
 print("ok")
 '''
 

@@ -215,3 +215,20 @@ def test_off_and_on_give_the_same_results_and_off_empties_it(device, rng):
 def test_bad_settings_raise_naming_the_function():
     with pytest.raises(ValueError, match="set_plan_cache: max_entries"):
         lf.set_plan_cache(max_entries=-1)
+
+
+def test_pinned_bytes_stay_the_sum_of_the_entries_through_evictions(device, rng):
+    """Every entry's bytes (its arena, its executors' outputs) are counted once when kept and once when
+    evicted: with one entry kept, the count never drifts below zero or away from what is held."""
+    eval_cache.configure(max_entries=1)
+    try:
+        x = lf.array(rng.standard_normal((64, 64)))
+        lf.eval(x)
+        for f in ("exp", "sin", "tanh", "cos") * 2:
+            for _ in range(4):  # sighted, built, hits, executor
+                y = getattr(lf, f)(x @ x) * 2.0 + x
+                lf.eval(y)
+            info = lf.plan_cache_info()
+            assert info["pinned_bytes"] == sum(e.bytes for e in eval_cache._entries.values()) >= 0, info
+    finally:
+        eval_cache.configure(max_entries=256)

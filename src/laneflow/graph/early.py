@@ -13,10 +13,15 @@ operands are where a model's work naturally splits (a layer norm's or an activat
 an operand that is a layout change (reshape, transpose, slice, broadcast) is left pending: evaluating
 it would make it a copy that the whole graph does as a view.
 
-What it changes for a program: values are computed in pieces rather than in one graph, which is
-invisible to the results (value semantics) and to errors (a failed piece's values raise where they
-are needed, as after ``lf.async_eval``). CPU streams never launch early (their commands run on the
-host, which gains nothing from starting sooner), nor does anything inside ``lf.compile``'s tracing.
+What it changes for a program: values are computed in pieces rather than in one graph. The values are
+the same up to rounding: a piece is planned on its own, so products that one graph would group into one
+GEMM, or matmul epilogues (a bias add still held by a variable when the piece launches is not folded
+in), may be done otherwise, and float32 results may differ in the last bits (bfloat16 GPT-2 matched bit
+for bit on the H200). Errors of the work raise where the values are needed, as after ``lf.async_eval``;
+an error while launching (a closed stream, no memory) leaves the operands pending, and the evaluation
+that needs them raises it. CPU streams never launch early (their commands run on the host, which gains
+nothing from starting sooner), nor does anything inside ``lf.compile``'s tracing, and only products on
+launching streams count.
 
 ``EVERY`` is set by :func:`laneflow.set_early_launch` or ``LANEFLOW_EARLY_LAUNCH=n`` at start-up. It is
 **off by default** (0): each launch costs the host a plan-cache hit of its own (a template match, an
@@ -59,10 +64,16 @@ def set_every(n: int) -> None:
 def matmul_made(st, operands: tuple) -> None:
     """A matrix product is about to be made on ``st`` from ``operands`` (their ArrayData): count it,
     and when the count reaches ``EVERY``, schedule the operands' pending work first."""
-    n = MADE[0] = MADE[0] + 1
-    if n < EVERY or not EVERY or st.device.type not in DEVICES or _tracer.ACTIVE[0] or eval_cache.building():
+    if st.device.type not in DEVICES or _tracer.ACTIVE[0] or eval_cache.building():
         return
-    roots = [d for d in operands if d.prim is not None and d.prim.kind not in _LAYOUT]
+    n = MADE[0] = MADE[0] + 1
+    if n < EVERY or not EVERY:
+        return
+    roots = []
+    for d in operands:
+        p = d.prim  # (read once: another thread's evaluation may finish d meanwhile)
+        if p is not None and p.kind not in _LAYOUT:
+            roots.append(d)
     if not roots:
         return  # counted still: the next product launches
     outer = CALLER.collect  # as lf.async_eval: no command is left to this thread, which will not wait
@@ -71,5 +82,7 @@ def matmul_made(st, operands: tuple) -> None:
         with _sched.LOCK:
             eval_cache.STATS["early_launches"] += 1
             eval_cache.schedule(roots)
+    except Exception:  # noqa: BLE001 - optional work: what failed stays pending, and its eval raises it
+        pass
     finally:
         CALLER.collect = outer

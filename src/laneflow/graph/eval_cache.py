@@ -63,7 +63,7 @@ class _Entry:
         self.scalar_steps = [j for j, st in enumerate(plan.steps) if st.prim.scalars()]
         self.graph_scalars: list | None = None  # the scalar values the executor was made with
         self.hits = 0
-        self.bytes = plan.memory.arena_bytes if plan.memory is not None else 0
+        self.bytes = 0  # counted in _pinned (by _account, which also counts the arena)
         self.key: tuple = ()
         self.template = None  # its eval_templates.Template, made at its first hit
         self.alive = True  # False once evicted: a template must not lead to it any more
@@ -128,7 +128,7 @@ def info() -> dict:
     """The settings, the entries and bytes held, and the counters since the start."""
     return {"enabled": ENABLED, "executor_after": EXECUTOR_AFTER, "max_entries": MAX_ENTRIES, "max_bytes": MAX_BYTES,
             "entries": len(_entries), "pinned_bytes": _pinned[0], **STATS,
-            "executors": sum(1 for e in _entries.values() if e.plan.unit)}
+            "executors": sum((1 + len(e.units)) for e in _entries.values() if e.plan.unit)}
 
 
 _CONSTANT = object()  # _walk's answer for a graph holding host data (uploaded first: run)
@@ -299,13 +299,21 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
                 _account(entry)
         unit = plan.unit
         if unit and scalars == entry.graph_scalars:
-            if getattr(unit, "misses", None) is not None:
-                unit = _unit_for(entry, unit, leaves)
             try:
+                if getattr(unit, "misses", None) is not None:
+                    unit = _unit_for(entry, unit, leaves)
                 lease = unit.run(leaves, entry.stream)
             except Exception as e:  # noqa: BLE001 - capture failed: replay commands from now on
-                plan.unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
+                if unit is plan.unit:
+                    plan.unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
+                    entry.units = []
+                else:  # one of the extra executors (_unit_for): only it goes
+                    entry.units = [u for u in entry.units if u is not unit]
+                _account(entry)
                 lease = None
+            else:
+                if getattr(unit, "launches", 0) <= OUTPUT_SETS_MADE:  # its output sets come at its first launches
+                    _account(entry)
     if lease is None:
         _run_commands(entry, order, leaves)
         return
@@ -317,8 +325,12 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     _finish(order, leaves, entry, outs)
 
 
-#: executors one plan may have, each reading its own set of leaves in place (below)
+#: executors one plan may have, each reading its own set of leaves in place (below). Each keeps the
+#: buffers it reads in place alive (as the plan's first one always has) until the plan is evicted.
 MAX_UNITS = 8
+#: an executor's memory is counted again after each of its first launches, which make its output
+#: sets (a CUDA graph keeps up to two; ``cudagraph/outputs.py``) and staging buffers
+OUTPUT_SETS_MADE = 3
 
 
 def _unit_for(entry: _Entry, unit, leaves: list):
