@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -227,9 +228,20 @@ def main() -> int:
         device, peer = lf.Device("gpu", g.local_rank), torch_peer(g, comm, g.local_rank)
     lf.set_default_device(device)  # (a GPU machine's default is the GPU: CPU rows pin the CPU)
     sizes = [int(v) for v in a.sizes_mib.split(",")]
-    res = {"ranks": g.size, "device": a.device, "allreduce": allreduce_rows(g, comm, sizes, a.repeat, device, peer),
-           "data_parallel": data_parallel(g, comm, a.layers, a.width, a.batch, a.repeat, device),
-           "gpt2_tp": gpt2_tp(g, comm, a.repeat, device, quick=a.width < 512)}
+    t0 = time.perf_counter()
+
+    def progress(what: str) -> None:  # rank 0, on stderr, which the suite passes through as it comes
+        if g.rank == 0:
+            print(f"  distributed ({a.device}, {g.size} ranks): {what} at {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    progress("started (the group and the peer are up)")
+    res = {"ranks": g.size, "device": a.device, "allreduce": allreduce_rows(g, comm, sizes, a.repeat, device, peer)}
+    progress("all-reduce rows done")
+    res["data_parallel"] = data_parallel(g, comm, a.layers, a.width, a.batch, a.repeat, device)
+    progress("data-parallel step done")
+    res["gpt2_tp"] = gpt2_tp(g, comm, a.repeat, device, quick=a.width < 512)
+    progress("GPT-2 split over the ranks done")
     oks = comm.allgather(all(r["ok"] for r in res["allreduce"]) and res["data_parallel"]["ok"] and res["gpt2_tp"]["ok"])
     res["ok_every_rank"] = all(oks)
     if g.rank == 0:

@@ -19,13 +19,18 @@ On a GPU machine the same rows run again on GPU arrays, one process per visible 
 same processes, from 1 MiB to 1 GiB. With one GPU that is one rank: NCCL's all-reduce is then a copy
 and its bus bandwidth 0 by definition; the rows still compare the two launch paths end to end.
 
-Every rank checks its results against numpy; a row says ``ok`` only when all did.
+Every rank checks its results against numpy; a row says ``ok`` only when all did. Rank 0 reports each
+part's end on stderr as it comes (a launch prints nothing else until its table). Each launch is given
+``LANEFLOW_BENCH_DIST_TIMEOUT`` seconds (600) and becomes an error row naming the timeout after that;
+``LANEFLOW_BENCH_DIST_CPU=0`` leaves out the CPU launch on a GPU machine (its float32 GPT-2 and
+data-parallel rows take minutes there).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,8 +49,9 @@ def run(ctx):
     p = ctx.size(quick=dict(sizes="1,4", layers=4, width=256, batch=128),
                  cpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512),
                  gpu=dict(sizes="1,4,16,64", layers=8, width=1024, batch=512))
-    rows = _launch(ctx, "cpu", RANKS, p)
-    if ctx.device.type == "gpu":
+    gpu = ctx.device.type == "gpu"
+    rows = _launch(ctx, "cpu", RANKS, p) if not gpu or os.environ.get("LANEFLOW_BENCH_DIST_CPU", "1") != "0" else []
+    if gpu:
         from ...runtime.backend import backend_for
         rows += _launch(ctx, "gpu", backend_for(ctx.device).count, dict(p, sizes="1,4" if ctx.quick else GPU_SIZES))
     return rows
@@ -69,10 +75,22 @@ def _launch(ctx, device: str, ranks: int, p: dict) -> list[Result]:
         cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "laneflow.bench.dist_worker", out,
                "--repeat", str(ctx.repeat), "--sizes-mib", p["sizes"], "--layers", str(p["layers"]),
                "--width", str(p["width"]), "--batch", str(p["batch"]), "--device", device]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        limit = float(os.environ.get("LANEFLOW_BENCH_DIST_TIMEOUT", "600"))
+        # stderr passes through (rank 0's progress lines); a session of its own, so that a timeout
+        # stops the ranks too (a rank stuck in a collective would outlive mpiexec killed alone)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        try:
+            printed, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            res = Result("distributed", head.name, "laneflow", lanes=1)
+            res.error = (f"mpiexec -n {ranks} ({what}) did not finish within {limit:g} s "
+                         "(LANEFLOW_BENCH_DIST_TIMEOUT); its last progress line above says how far it got")
+            return [res]
         if proc.returncode != 0 or not os.path.exists(out):
             res = Result("distributed", head.name, "laneflow", lanes=1)
-            res.error = f"mpiexec rc={proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
+            res.error = f"mpiexec rc={proc.returncode}: {(printed or '')[-300:]} (its errors are above, on stderr)"
             return [res]
         with open(out) as f:
             data = json.load(f)
