@@ -190,6 +190,7 @@ def test_the_cache_stays_bounded_over_ten_thousand_distinct_graphs():
                 assert info["entries"] <= 32 and info["pinned_bytes"] <= 1 << 20, info
     info = lf.plan_cache_info()
     assert info["entries"] <= 32 and info["pinned_bytes"] <= 1 << 20 and info["evicted"] > 0, info
+    assert info["pinned_bytes"] == sum(e.bytes for e in eval_cache._entries.values()) >= 0, info
     assert len(eval_cache._seen) <= 4 * 32
 
 
