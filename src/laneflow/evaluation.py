@@ -109,7 +109,7 @@ def set_early_launch(every: int) -> None:
     made on GPU streams, the next one first launches its pending operands (as ``lf.async_eval``), so
     the GPU computes while Python builds the rest (``graph/early.py``). Off by default (0;
     ``LANEFLOW_EARLY_LAUNCH=n`` at start-up): each launch costs the host about a plan-cache hit, more
-    than GPT-2 small's pieces hide; it pays where a piece's GPU time is larger (big batches or models).
+    than GPT-2 small's pieces hide; it can only pay where a piece's GPU time is larger (not yet measured).
     Values equal the unlaunched run's up to rounding (pieces are planned apart, so GEMM grouping and
     epilogues may differ: float32 in the last bits).
 

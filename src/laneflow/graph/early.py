@@ -29,8 +29,8 @@ executor launch, the piece's outputs made), measured at about 200 us on the H200
 the fake driver, more than the GPU time a piece of GPT-2 small hides (454 us for the whole forward).
 On GPT-2 small (lf.nn, B=1, 16 tokens, bf16, a cache hit; ``tools/probe_hit_gpu.py --every 0,4,8,12``,
 H200, 2026-12-04) one forward timed as ``bench gpt2`` does took 2139 us off, 3991 us at 4, 2972 us at 8
-and 2291 us at 12. It pays where a piece's GPU time is larger than that cost (large batches, large
-models, long sequences): turn it on there.
+and 2291 us at 12. It can only pay where a piece's GPU time is larger than that cost (large batches, large
+models, long sequences), which no bench has measured yet.
 """
 
 from __future__ import annotations
