@@ -49,13 +49,7 @@ def async_eval(*xs: Any) -> None:
             break
     else:
         return
-    outer = CALLER.collect  # (None: nothing is left to this thread, which will not wait)
-    CALLER.collect = None
-    try:
-        with _sched.LOCK:  # read the bindings where no other thread can reuse their buffers in place
-            eval_cache.schedule([a._data for a in arrays])
-    finally:
-        CALLER.collect = outer
+    eval_cache.start([a._data for a in arrays])
 
 
 def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's name

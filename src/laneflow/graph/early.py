@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 
-from ..runtime.lane import CALLER
 from . import eval_cache
 from . import schedule as _sched
 from . import tracer as _tracer
@@ -50,7 +49,7 @@ DEVICES = frozenset({"gpu"})
 #: primitives that are layout changes: never scheduled on their own here (see the module docstring)
 _LAYOUT = frozenset({"reshape", "transpose", "broadcast_to", "getitem"})
 #: the counter: matrix products made since the last scheduling (``eval_cache.schedule`` resets it)
-MADE = _sched.SINCE
+MADE = eval_cache.PRODUCTS
 
 
 def set_every(n: int) -> None:
@@ -76,13 +75,9 @@ def matmul_made(st, operands: tuple) -> None:
             roots.append(d)
     if not roots:
         return  # counted still: the next product launches
-    outer = CALLER.collect  # as lf.async_eval: no command is left to this thread, which will not wait
-    CALLER.collect = None
-    try:
-        with _sched.LOCK:
-            eval_cache.STATS["early_launches"] += 1
-            eval_cache.schedule(roots)
-    except Exception:  # noqa: BLE001 - optional work: what failed stays pending, and its eval raises it
-        pass
-    finally:
-        CALLER.collect = outer
+    with _sched.LOCK:
+        eval_cache.STATS["early_launches"] += 1
+        try:
+            eval_cache.start(roots)  # as lf.async_eval
+        except Exception:  # noqa: BLE001 - optional work: what failed stays pending, and its eval raises it
+            pass

@@ -35,6 +35,7 @@ import weakref
 from operator import is_
 from typing import Any
 
+from ..runtime.lane import CALLER
 from . import eval_templates as _templates
 from . import schedule as _sched
 from .node import ArrayData, LazyData
@@ -78,6 +79,8 @@ _pinned = [0]
 STATS = {"hits": 0, "misses": 0, "sighted": 0, "bypassed": 0, "evicted": 0, "executor_runs": 0,
          "early_launches": 0}  # (graph/early.py's)
 _building = [False]
+#: matrix products made on launching streams since the last scheduling (``graph/early.py`` counts them)
+PRODUCTS = [0]
 
 
 def configure(enabled: bool | None = None, executor_after: int | None = None, max_entries: int | None = None,
@@ -128,7 +131,7 @@ def info() -> dict:
     """The settings, the entries and bytes held, and the counters since the start."""
     return {"enabled": ENABLED, "executor_after": EXECUTOR_AFTER, "max_entries": MAX_ENTRIES, "max_bytes": MAX_BYTES,
             "entries": len(_entries), "pinned_bytes": _pinned[0], **STATS,
-            "executors": sum((1 + len(e.units)) for e in _entries.values() if e.plan.unit)}
+            "executors": sum(1 + len(e.units) for e in _entries.values() if e.plan.unit)}
 
 
 _CONSTANT = object()  # _walk's answer for a graph holding host data (uploaded first: run)
@@ -225,7 +228,7 @@ def schedule(roots) -> None:
     """Submit every pending node needed by ``roots``: through a cached plan when this structure was
     seen before, else one command each. Returns without waiting for the work."""
     with _sched.LOCK:
-        _sched.SINCE[0] = 0
+        PRODUCTS[0] = 0
         if ENABLED and not _bypass[0] and not _building[0]:
             found = _templates.find(roots)
             if found is not None:
@@ -248,6 +251,18 @@ def schedule(roots) -> None:
             if w is _BYPASS:
                 STATS["bypassed"] += 1
         _sched.execute(_sched.toposort(roots))
+
+
+def start(roots) -> None:
+    """``schedule(roots)`` for a caller that will not wait (``lf.async_eval``, an early launch): no
+    command is left for this thread to run (``CALLER.collect``)."""
+    outer = CALLER.collect
+    CALLER.collect = None
+    try:
+        with _sched.LOCK:  # (read the bindings where no other thread can reuse their buffers in place)
+            schedule(roots)
+    finally:
+        CALLER.collect = outer
 
 
 def building() -> bool:
@@ -347,7 +362,7 @@ def _unit_for(entry: _Entry, unit, leaves: list):
         return unit
     best, least = unit, miss
     units = entry.units
-    for k, u in enumerate(units):
+    for u in units:
         m = u.misses(leaves)
         if m < least:
             best, least = u, m

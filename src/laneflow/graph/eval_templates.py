@@ -30,13 +30,13 @@ class Template:
     (``TEMPLATES``): a forward evaluated again and again reaches its plan in one check per node and
     input, with no dictionary of nodes, no new key and no hash of it."""
 
-    __slots__ = ("entry", "sig", "ents", "root_pos", "n_leaves", "leaf_meta", "sc_pos", "fixed", "refs", "nodes",
+    __slots__ = ("entry", "sig", "ents", "root_pos", "leaf_meta", "sc_pos", "fixed", "refs", "nodes",
                  "place", "leaf_place", "flat", "counts")
 
     def __init__(self, entry, sig: tuple, root_pos: list, sc_pos: list, order: list):
         ents, fixed, meta = entry.key
         self.entry, self.sig, self.ents, self.fixed, self.leaf_meta = entry, sig, ents, fixed, list(meta)
-        self.root_pos, self.sc_pos, self.n_leaves = root_pos, sc_pos, len(meta)
+        self.root_pos, self.sc_pos = root_pos, sc_pos
         self.refs = refs = [e[4] for e in ents]
         self.place, self.leaf_place, self.flat, self.counts = _placing(refs, root_pos, len(meta))
         # the nodes' attributes as this graph had them: a later graph built by the same code has the
@@ -94,12 +94,14 @@ def remember(entry, roots, order: list, dep: list, bound: int) -> None:
         if len(TEMPLATES) >= bound:
             TEMPLATES.clear()
         TEMPLATES[t.sig] = [t]
-    elif kept[0] is not t:
+    else:
         _first(kept, t)
 
 
 def _first(kept: list, t: Template) -> None:
     """``t`` to the front of its signature's list, which keeps at most PER_SIGNATURE."""
+    if kept[0] is t:
+        return
     for k, x in enumerate(kept):
         if x is t:
             del kept[k]
@@ -142,8 +144,7 @@ def find(roots) -> "tuple[Template, tuple] | None":
         if t.entry.alive and t.nodes[t.root_pos[0]][1] is stream and _near(t, roots):
             m = match(t, roots)
             if m is not None:
-                if kept[0] is not t:
-                    _first(kept, t)
+                _first(kept, t)
                 return t, m
     return None
 

@@ -20,10 +20,6 @@ from .grouping import Group, group_matmuls
 from .node import ArrayData, LazyData, reads_view
 from .views import fold
 
-#: matrix products made since the last scheduling (``graph/early.py``'s counter; ``eval_cache.schedule``
-#: resets it)
-SINCE = [0]
-
 
 def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     """Pending nodes reachable from roots, inputs before users. Iterative: deep chains are fine."""

@@ -127,11 +127,11 @@ class GraphPlan:
         """How many of a call's arguments this graph would copy in, not read in place (an argument
         staged already, or a buffer other than the one it reads in place): the plan cache runs a hit on
         its plan's executor that copies least, or makes another (``eval_cache._unit_for``)."""
-        n = 0
-        for b, d in zip(self.args.bound, datas):
-            if b is None or d.buffer is not b:
-                n += 1
-        return n
+        bound = self.args.bound
+        bufs = [d.buffer for d in datas]
+        if bufs == bound:  # (the usual hit: Buffers compare by identity)
+            return 0
+        return sum(b is None or x is not b for b, x in zip(bound, bufs))
 
     def inplace_buffer(self, slot: int) -> Buffer:
         """The buffer of a slot written into a donated argument: its state buffer."""
