@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
-
 from . import gpt2
 from .gpt2 import PREFIX, GPT2Config, Ops, Shard
 
@@ -45,19 +43,12 @@ def shard_params(params: Mapping[str, Any], cfg: GPT2Config, rank: int, size: in
         p = f"{PREFIX}h.{i}."
         for name in ("attn.c_attn.weight", "attn.c_attn.bias"):
             a = params[p + name]
-            out[p + name] = _namespace(a).concatenate([a[..., c] for c in thirds], axis=-1)
+            out[p + name] = a.__array_namespace__().concatenate([a[..., c] for c in thirds], axis=-1)
         out[p + "attn.c_proj.weight"] = params[p + "attn.c_proj.weight"][cols]
         out[p + "mlp.c_fc.weight"] = params[p + "mlp.c_fc.weight"][:, fcols]
         out[p + "mlp.c_fc.bias"] = params[p + "mlp.c_fc.bias"][fcols]
         out[p + "mlp.c_proj.weight"] = params[p + "mlp.c_proj.weight"][fcols]
     return out
-
-
-def _namespace(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return np
-    import laneflow as lf
-    return lf
 
 
 def shard(cfg: GPT2Config, group: Any) -> Shard:

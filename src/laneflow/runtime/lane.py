@@ -61,7 +61,7 @@ class DeferredCheck:
     def __init__(self, read: Callable[[], LaneflowError | None]):
         self._read = read
         self._error = None
-        #: the command's shapes, dtypes and lane (``site``, or its text), set when it is submitted
+        #: the command's shapes, dtypes and lane (a ``site`` tuple), set when it runs; "" until then
         self.where: Any = ""
 
     def error(self) -> LaneflowError | None:
@@ -71,8 +71,7 @@ class DeferredCheck:
                 if read is not None:
                     err = read()
                     if isinstance(err, ExecutionError) and not err.where and self.where:
-                        where = self.where
-                        err = ExecutionError(err.op, err.__cause__, where if isinstance(where, str) else site_text(where))
+                        err = ExecutionError(err.op, err.__cause__, site_text(self.where))
                     self._error = err
                     self._read = None
         return self._error
