@@ -14,7 +14,9 @@ The many-lane run repeats the program three times on its streams, with new input
 so that its graphs hit the plan cache (``graph/eval_cache.py``: the second sighting builds a plan, the
 third replays it; with the executor after no hits, that third run is a CUDA graph or one command),
 and two programs in three launch early (``graph/early.py``: after every first or second matrix
-product, the next one's pending operands are scheduled on their own, on the CPU too);
+product, the next one's pending operands are scheduled on their own, on the CPU too). Some programs
+run six times, three of them from the same input values, so that speculative launches
+(``graph/speculate.py``) are made, taken and dropped, on the CPU too;
 the one-lane run has the cache off and, on the GPU, elementwise fusion off too. The many-lane runs
 must equal numpy, and their first run the one-lane run bit for bit (on the CPU; within float
 tolerance on the GPU, where fused kernels and library calls may differ in the last bits). ``LANEFLOW_FUZZ_PROGRAMS`` (or
@@ -309,12 +311,15 @@ def make_inputs(prog, rep: int = 0):
 
 
 def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache: bool = True,
-                 fuse: bool = True, early_every: int = 0):
+                 fuse: bool = True, early_every: int = 0, same_inputs: frozenset = frozenset()):
     """The program ``repeats`` times on one set of streams (new inputs each time): a list of
     (laneflow results, numpy references) per repetition. ``device``: a Device, or a list of them
     that the streams take in turn (arrays spread over several GPUs). ``early_every``: early launch
-    after every so many matrix products, on every device (0: off)."""
-    from laneflow.graph import early, eval_cache, fusion
+    after every so many matrix products, on every device (0: off). ``same_inputs``: repetitions that
+    start from the very input values of the repetition before them (the same leaves, so that a
+    speculative launch, ``graph/speculate.py``, which guesses on every device here, can be taken)."""
+    from laneflow.array import Array
+    from laneflow.graph import early, eval_cache, fusion, speculate
 
     devices = device if isinstance(device, list) else [device]
     streams = [lf.new_stream(devices[k % len(devices)], lanes=n) for k, n in enumerate(lanes_per_stream)]
@@ -323,11 +328,22 @@ def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache
     fusion.set_enabled(fuse)
     saved_after = eval_cache.EXECUTOR_AFTER
     eval_cache.configure(executor_after=0)  # the third run uses the backend's executor
-    saved_early = early.EVERY, early.DEVICES
+    saved_early = early.EVERY, early.DEVICES, speculate.DEVICES
     early.EVERY, early.DEVICES = early_every, frozenset({"cpu", "gpu"})
+    speculate.DEVICES = frozenset({"cpu", "gpu"})
+    first: list = []
     try:
         for rep in range(repeats):
-            pool = Pool(make_inputs(prog, rep), streams)
+            if rep in same_inputs:
+                pool = Pool([], streams)
+                pool.lf = [Array._wrap(a._data) for a in first]
+                pool.np = [x.copy() for x in first_np]
+            else:
+                first_np = make_inputs(prog, rep)
+                pool = Pool(first_np, streams)
+                if same_inputs:  # (leaves from the start: the repetitions' graphs are alike)
+                    lf.eval(*pool.lf)
+            first = [Array._wrap(a._data) for a in pool.lf] if same_inputs else []  # (held: never reused in place)
             with (eval_cache.bypass() if not cache else _nothing()):
                 if delays:
                     with lf.testing.inject_delays(0.0005, seed=prog["seed"] + rep):
@@ -340,7 +356,7 @@ def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache
     finally:
         fusion.set_enabled(was_fuse)
         eval_cache.configure(executor_after=saved_after)
-        early.EVERY, early.DEVICES = saved_early
+        early.EVERY, early.DEVICES, speculate.DEVICES = saved_early
     for st in streams:
         st.close()
     return out
@@ -389,6 +405,21 @@ def check_program(prog, device, spread: list | None = None):
 @given(prog=program)
 def test_random_programs_match_numpy_on_one_lane_and_many(device, prog):
     check_program(prog, device)
+
+
+@settings(max_examples=max(20, PROGRAMS // 10), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.data_too_large])
+@given(prog=program)
+def test_random_programs_with_speculative_launches(device, prog):
+    """Six repetitions on the drawn streams, with delays: the third to fifth from the same input values
+    (a hit from the third on, a trigger learnt at the fourth, whose guess the fifth may take), the
+    sixth from new ones (a guess dropped). Each must equal numpy."""
+    runs = run_laneflow(prog, device, prog["streams"], delays=True, repeats=6, same_inputs=frozenset({3, 4}))
+    for rep, (many, refs) in enumerate(runs):
+        assert len(many) == len(refs)
+        for k, (b, r) in enumerate(zip(many, refs)):
+            _agree(b, r, device, k, f"numpy (run {rep}, speculative launches)")
 
 
 def test_fuzzer_catches_a_missing_wait(monkeypatch):

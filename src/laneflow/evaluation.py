@@ -83,19 +83,23 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
 
 
 def set_plan_cache(enabled: bool | None = None, *, executor_after: int | None = None,
-                   max_entries: int | None = None, max_bytes: int | None = None) -> None:
+                   max_entries: int | None = None, max_bytes: int | None = None,
+                   speculate: bool | None = None) -> None:
     """Settings of the plan cache of ``lf.eval`` (``graph/eval_cache.py``); None keeps a setting.
 
     A graph evaluated again with the same structure (other values, other Python scalar values) replays
     the plan built at its second sighting, and after ``executor_after`` hits (default 2) runs as one
     CUDA graph (GPU) or one command (CPU). At most ``max_entries`` plans (256) and ``max_bytes`` of
     device memory they pin (4 GiB) are kept, least recently used first out. ``enabled=False`` empties
-    it; ``LANEFLOW_PLAN_CACHE=0`` starts with it off.
+    it; ``LANEFLOW_PLAN_CACHE=0`` starts with it off. ``speculate``: on a GPU stream, a step that
+    repeats starts its CUDA graph when its first op is called, while Python builds the rest, and its
+    ``lf.eval`` takes the outputs only if the whole graph and its inputs turned out the same
+    (``graph/speculate.py``; on by default, ``LANEFLOW_SPECULATE=0`` starts with it off).
 
     >>> lf.set_plan_cache(executor_after=0)   # run repeated steps as graphs from their first hit
     """
     with _sched.LOCK:
-        eval_cache.configure(enabled, executor_after, max_entries, max_bytes)
+        eval_cache.configure(enabled, executor_after, max_entries, max_bytes, speculate)
 
 
 def set_early_launch(every: int) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import laneflow as lf
 from laneflow.runtime.backend import backend_for
 
-from ..graph import eval_cache, fusion, views
+from ..graph import eval_cache, fusion, speculate, views
 
 from .harness import Case, Impl, Result, laneflow_timer, skipped
 
@@ -69,15 +69,16 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
             with eval_cache.bypass():
                 return plain_run()
     elif report_cache:
-        counts = extra["plan_cache"] = {"runs": 0, "hits": 0, "executor_runs": 0}
+        counts = extra["plan_cache"] = {"runs": 0, "hits": 0, "executor_runs": 0, "speculation_used": 0}
 
         def run():  # noqa: F811 - the same run, counting what the plan cache did (shown in the note)
-            st = eval_cache.STATS
-            hits, execs = st["hits"], st["executor_runs"]
+            st, sp = eval_cache.STATS, speculate.STATS
+            hits, execs, used = st["hits"], st["executor_runs"], sp["speculation_used"]
             y = plain_run()
             counts["runs"] += 1
             counts["hits"] += st["hits"] - hits
             counts["executor_runs"] += st["executor_runs"] - execs
+            counts["speculation_used"] += sp["speculation_used"] - used
             return y
 
     return Impl(label, run, to_host, lanes=lanes, sync=lambda: stream.synchronize(), timer=timer,
@@ -124,6 +125,26 @@ def unviewed(impl: Impl | Result) -> Impl | Result:
 
     impl.run = wrapped
     impl.name += ", views off"
+    return impl
+
+
+def unspeculated(impl: Impl | Result) -> Impl | Result:
+    """``impl`` (an eager laneflow row) with speculative launch off while it runs
+    (``graph/speculate.py``), named so: the row that shows what starting the GPU at the first op gains."""
+    if isinstance(impl, Result):
+        return impl
+    run = impl.run
+
+    def wrapped():
+        was = speculate.ENABLED
+        speculate.ENABLED = False
+        try:
+            return run()
+        finally:
+            speculate.ENABLED = was
+
+    impl.run = wrapped
+    impl.name += ", not speculated"
     return impl
 
 

@@ -77,7 +77,10 @@ def matmul_made(st, operands: tuple) -> None:
         return  # counted still: the next product launches
     with _sched.LOCK:
         eval_cache.STATS["early_launches"] += 1
+        eval_cache.EARLY[0] = True
         try:
             eval_cache.start(roots)  # as lf.async_eval
         except Exception:  # noqa: BLE001 - optional work: what failed stays pending, and its eval raises it
             pass
+        finally:
+            eval_cache.EARLY[0] = False

@@ -38,6 +38,7 @@ from typing import Any
 from ..runtime.lane import CALLER
 from . import eval_templates as _templates
 from . import schedule as _sched
+from . import speculate as _spec
 from .node import ArrayData, LazyData
 from .plan import Plan, build_plan, executor, replay_commands
 
@@ -55,7 +56,8 @@ ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
 
 class _Entry:
     __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps",
-                 "key", "template", "alive", "uses", "units", "missed")
+                 "key", "template", "alive", "uses", "units", "missed", "trigger", "guess", "spec_unit",
+                 "spec_datas", "spec_misses")
 
     def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
         self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
@@ -71,6 +73,13 @@ class _Entry:
         self.uses: tuple | None = None  # (users per node once the graph is let go, reads per leaf): _finish
         self.units: list = []  # executors of the plan besides plan.unit, each bound to other leaves (_unit_for)
         self.missed: list = []  # leaf sets (weak references to their buffers) no executor reads in place
+        # speculative launch (graph/speculate.py): the trigger (primitive, stream, leaf slots it reads;
+        # None: not learned, False: never), the launch made ahead (a Guess), the executor and leaves of
+        # the last hit (what the next guess launches), wrong guesses in a row
+        self.trigger: tuple | bool | None = None
+        self.guess = None
+        self.spec_unit = self.spec_datas = None
+        self.spec_misses = 0
 
 
 _entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
@@ -81,10 +90,13 @@ STATS = {"hits": 0, "misses": 0, "sighted": 0, "bypassed": 0, "evicted": 0, "exe
 _building = [False]
 #: matrix products made on launching streams since the last scheduling (``graph/early.py`` counts them)
 PRODUCTS = [0]
+#: True while ``graph/early.py`` launches a piece: its hits teach speculative launch nothing (the next
+#: node made is the rest of the forward, and a piece's plan runs over other weights each time)
+EARLY = [False]
 
 
 def configure(enabled: bool | None = None, executor_after: int | None = None, max_entries: int | None = None,
-              max_bytes: int | None = None) -> None:
+              max_bytes: int | None = None, speculate: bool | None = None) -> None:
     """Change the plan cache's settings (None: keep). Turning it off empties it."""
     global ENABLED, EXECUTOR_AFTER, MAX_ENTRIES, MAX_BYTES
     for name, v in (("executor_after", executor_after), ("max_entries", max_entries), ("max_bytes", max_bytes)):
@@ -100,6 +112,12 @@ def configure(enabled: bool | None = None, executor_after: int | None = None, ma
         MAX_ENTRIES = max_entries
     if max_bytes is not None:
         MAX_BYTES = max_bytes
+    if speculate is not None:
+        _spec.ENABLED = bool(speculate)
+        if not _spec.ENABLED:
+            for e in _entries.values():
+                _spec.stop(e)
+            _spec.clear()
     _evict(None)
 
 
@@ -121,16 +139,18 @@ def clear() -> None:
     """Drop every cached plan (their memory is freed once their last launch is done)."""
     for e in _entries.values():
         e.alive = False
+        e.guess = e.spec_unit = e.spec_datas = None
     _entries.clear()
     _seen.clear()
     _templates.TEMPLATES.clear()
+    _spec.clear()
     _pinned[0] = 0
 
 
 def info() -> dict:
     """The settings, the entries and bytes held, and the counters since the start."""
     return {"enabled": ENABLED, "executor_after": EXECUTOR_AFTER, "max_entries": MAX_ENTRIES, "max_bytes": MAX_BYTES,
-            "entries": len(_entries), "pinned_bytes": _pinned[0], **STATS,
+            "speculate": _spec.ENABLED, "entries": len(_entries), "pinned_bytes": _pinned[0], **STATS, **_spec.STATS,
             "executors": sum(1 + len(e.units) for e in _entries.values() if e.plan.unit)}
 
 
@@ -226,7 +246,16 @@ def _walk(roots) -> tuple | object | None:
 
 def schedule(roots) -> None:
     """Submit every pending node needed by ``roots``: through a cached plan when this structure was
-    seen before, else one command each. Returns without waiting for the work."""
+    seen before, else one command each. Returns without waiting for the work. The next node made may
+    start a step that repeats (``graph/speculate.py``)."""
+    with _sched.LOCK:
+        try:
+            _schedule(roots)
+        finally:
+            _spec.evaluated()
+
+
+def _schedule(roots) -> None:
     with _sched.LOCK:
         PRODUCTS[0] = 0
         if ENABLED and not _bypass[0] and not _building[0]:
@@ -306,6 +335,9 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
         obj.value = v
     plan = entry.plan
     lease = None
+    guess = entry.guess  # a launch made ahead of this evaluation (graph/speculate.py)
+    if guess is not None:
+        entry.guess = None
     if entry.hits > EXECUTOR_AFTER and plan.unit is not False:
         if plan.unit is None:
             plan.calls = max(plan.calls, 2)
@@ -317,7 +349,11 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
             try:
                 if getattr(unit, "misses", None) is not None:
                     unit = _unit_for(entry, unit, leaves)
-                lease = unit.run(leaves, entry.stream)
+                if guess is not None:
+                    lease = _spec.take(entry, guess, unit, leaves)
+                    guess = None  # (its outputs, if not taken, are dropped before this launch picks a set)
+                if lease is None:
+                    lease = unit.run(leaves, entry.stream)
             except Exception as e:  # noqa: BLE001 - capture failed: replay commands from now on
                 if unit is plan.unit:
                     plan.unit, plan.unit_note = False, f"{type(e).__name__}: {e}"
@@ -329,9 +365,13 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
             else:
                 if getattr(unit, "launches", 0) <= OUTPUT_SETS_MADE:  # its output sets come at its first launches
                     _account(entry)
+    if guess is not None:
+        _spec.missed(entry)
     if lease is None:
         _run_commands(entry, order, leaves)
         return
+    if not EARLY[0]:
+        _spec.learn(entry, unit, order, leaves)
     STATS["executor_runs"] += 1
     specs = lease.specs
     outs = []
@@ -493,5 +533,6 @@ def _evict(keep: _Entry | None) -> None:
             continue
         del _entries[k]
         _templates.forget(e)
+        _spec.stop(e)
         _pinned[0] -= e.bytes
         STATS["evicted"] += 1

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..array import Array
+from ..graph import speculate as _speculate
 from ..graph import tracer as _tracer
 from ..graph.node import ArrayData, Primitive, multi_output
 from ..defaults import resolve_stream
@@ -54,11 +55,14 @@ def node(prim: Primitive, inputs: Sequence[ArrayData], shape: Shape, dtype: np.d
     d.arrays = 1
     if _tracing[0]:
         _tracer.note_created(a)
+    elif _watch[0]:  # the first node since a plan-cache hit: it may start the next one (graph/speculate.py)
+        _speculate.first_node(d)
     return a
 
 
 _new = object.__new__
 _tracing = _tracer.ACTIVE
+_watch = _speculate.WATCH
 
 
 def outputs(prim: Primitive, inputs: Sequence[ArrayData], specs: Sequence[tuple], stream) -> tuple[Array, ...]:

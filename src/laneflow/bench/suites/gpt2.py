@@ -36,6 +36,7 @@ import numpy as np
 
 import laneflow as lf
 
+from ...graph import speculate
 from ...models import gpt2 as model
 from .. import laneflow_impls as lfi
 from ..harness import Case, Result, compare, skipped, suite
@@ -100,6 +101,9 @@ def _laneflow_rows(ctx, case: Case, cfg, names: list, inputs: list, ids: np.ndar
     why = lfi.unavailable(ctx.device)
     rows = [] if why is not None else [_first_call(case, ctx.device, ctx.floors, program, inputs)]
     rows += lfi.modes(case, ctx.device, ctx.lanes, program, inputs)
+    if why is None and ctx.device.type in speculate.DEVICES:
+        rows.append(lfi.guard(case, "laneflow eager, not speculated", 1, lambda: lfi.unspeculated(
+            lfi.eager(case, ctx.device, program, inputs, 1, note="the plan cache's hits; the GPU starts at lf.eval"))))
     if why is None:
         rows.append(lfi.guard(case, "laneflow compiled, weights captured", ctx.lanes,
                               lambda: lfi.compiled_captured(case, ctx.device, make, [ids], inputs[1:], ctx.lanes)))
