@@ -42,6 +42,14 @@ def _setup(rng, device, layers=4):
     return st, x, ws, xn, wn
 
 
+def _warmed(rng, device):
+    """``_setup``, then the step four times: sighted, built, a hit, a hit that learns its trigger."""
+    st, x, ws, xn, wn = _setup(rng, device)
+    for _ in range(4):
+        _run(st, x, ws)
+    return st, x, ws, xn, wn
+
+
 def _counts() -> tuple:
     s = speculate.STATS
     return s["speculated"], s["speculation_used"], s["speculation_wasted"]
@@ -73,9 +81,7 @@ def test_a_repeated_step_launches_at_its_first_op_and_its_eval_takes_the_outputs
 
 
 def test_a_new_input_read_by_the_first_op_is_taken_too(guessing, rng):
-    st, x, ws, xn, wn = _setup(rng, guessing)
-    for _ in range(4):
-        _run(st, x, ws)
+    st, x, ws, xn, wn = _warmed(rng, guessing)
     for _ in range(3):
         xn2 = rng.standard_normal(xn.shape)
         x2 = lf.array(xn2, stream=st)
@@ -86,9 +92,7 @@ def test_a_new_input_read_by_the_first_op_is_taken_too(guessing, rng):
 
 
 def test_another_weight_later_in_the_step_drops_the_guess_and_stops_after_a_few(guessing, rng):
-    st, x, ws, xn, wn = _setup(rng, guessing)
-    for _ in range(4):
-        _run(st, x, ws)
+    st, x, ws, xn, wn = _warmed(rng, guessing)
     made, used, wasted = _counts()
     for k in range(speculate.MAX_MISSES + 2):
         wn2 = [*wn[:2], rng.standard_normal((8, 8)) / 3, *wn[3:]]
@@ -102,9 +106,7 @@ def test_another_weight_later_in_the_step_drops_the_guess_and_stops_after_a_few(
 
 
 def test_another_scalar_value_drops_the_guess(guessing, rng):
-    st, x, ws, xn, wn = _setup(rng, guessing)
-    for _ in range(4):
-        _run(st, x, ws)
+    st, x, ws, xn, wn = _warmed(rng, guessing)
     made, used, wasted = _counts()
     np.testing.assert_allclose(_run(st, x, ws, scale=0.25), _forward(xn, wn, np, scale=0.25), rtol=1e-12, atol=1e-12)
     assert _counts()[1:] == (used, wasted + 1)
@@ -112,9 +114,7 @@ def test_another_scalar_value_drops_the_guess(guessing, rng):
 
 
 def test_a_weight_rewritten_in_place_after_the_launch_drops_the_guess(guessing, rng):
-    st, x, ws, xn, wn = _setup(rng, guessing)
-    for _ in range(4):
-        _run(st, x, ws)
+    st, x, ws, xn, wn = _warmed(rng, guessing)
     made, used, wasted = _counts()
     with lf.stream(st):
         h = lf.tanh(x @ ws[0])  # launches, reading every weight as it is now
@@ -132,9 +132,7 @@ def test_a_weight_rewritten_in_place_after_the_launch_drops_the_guess(guessing, 
 
 
 def test_a_guess_left_by_another_program_is_taken_only_while_its_leaves_are_unchanged(guessing, rng):
-    st, x, ws, xn, wn = _setup(rng, guessing)
-    for _ in range(4):
-        _run(st, x, ws)
+    st, x, ws, xn, wn = _warmed(rng, guessing)
     made, used, wasted = _counts()
     with lf.stream(st):
         h = lf.tanh(x @ ws[0])
@@ -158,9 +156,7 @@ def test_a_guess_left_by_another_program_is_taken_only_while_its_leaves_are_unch
 
 
 def test_two_steps_built_at_once_each_get_their_own_values(guessing, rng):
-    st, x, ws, xn, wn = _setup(rng, guessing)
-    for _ in range(4):
-        _run(st, x, ws)
+    st, x, ws, xn, wn = _warmed(rng, guessing)
     xn2 = rng.standard_normal(xn.shape)
     x2 = lf.array(xn2, stream=st)
     lf.eval(x2)
@@ -184,9 +180,7 @@ def test_a_step_that_donates_never_guesses(guessing, rng):
 
 
 def test_turning_it_off_stops_every_guess(guessing, rng):
-    st, x, ws, xn, wn = _setup(rng, guessing)
-    for _ in range(4):
-        _run(st, x, ws)
+    st, x, ws, xn, wn = _warmed(rng, guessing)
     try:
         lf.set_plan_cache(speculate=False)
         assert lf.plan_cache_info()["speculate"] is False

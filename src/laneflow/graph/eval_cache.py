@@ -18,6 +18,8 @@ graph cache, keyed by graph topology, are the models.)
   ``lf.compile``'s plans do: one multi-lane CUDA graph on the GPU, one command that runs every numpy
   call in turn on the CPU. A hit whose scalar values differ from those the executor was made with
   replays commands instead (the graph holds its scalars).
+- A step that repeats may start before its evaluation: its first op launches the executor, and the
+  hit takes that launch's outputs when it would launch the same (``graph/speculate.py``).
 - The cache is bounded: at most :data:`MAX_ENTRIES` plans, and at most :data:`MAX_BYTES` of device
   memory pinned by them (arenas, output sets, staging), least recently used first out.
 - Graphs of one node, of more than :data:`MAX_NODES`, or holding a primitive that is not cacheable
