@@ -5,6 +5,10 @@ runs other work before each timed forward, as the bench's interleaved rows do: `
 forward with the plan cache bypassed), ``torch`` (a transformers forward on the GPU), or ``none``.
 
     python tools/probe_speculate.py [--rounds 6] [--between none,uncached,torch] [--batch 1]
+    python tools/probe_speculate.py --alternate [--rounds 40] [--rows uncached,on,off]
+
+``--alternate`` times the two settings as ``bench gpt2`` times its rows: each on a stream and weights of
+its own, one sample of each in turn (with an uncached forward on a third stream between).
 
 Prints, per setting, the median of all its samples, and the host split of build and eval.
 """
@@ -25,7 +29,65 @@ def arg(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
+def alternate(rounds: int, batch: int) -> None:
+    cfg = gpt2.GPT2Config()
+    dev = lf.Device("gpu")
+    ids_np = np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, 16))
+    rows = []
+    for name in arg("--rows", "uncached,on,off").split(","):
+        st = lf.new_stream(dev, lanes=1)
+        params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16, device=dev)
+        ids = lf.array(ids_np, stream=st)
+        lf.eval(ids, *params.values())
+        rows.append((name, st, params, ids, laneflow_timer(st)))
+
+    def run(name, st, params, ids):
+        speculate.ENABLED = name != "off"
+        with lf.stream(st):
+            if name == "uncached":
+                with eval_cache.bypass():
+                    y = gpt2.forward(params, ids, cfg, gpt2.NN_OPS)
+                    lf.async_eval(y)
+                    return y
+            t0 = time.perf_counter()
+            y = gpt2.forward(params, ids, cfg, gpt2.NN_OPS)
+        t1 = time.perf_counter()
+        lf.async_eval(y)
+        host.setdefault(name, []).append(((t1 - t0) * 1e6, (time.perf_counter() - t1) * 1e6))
+        return y
+
+    host: dict = {}
+    outs = {}
+    launch_us: list = []
+    real_launch = speculate._launch
+
+    def timed_launch(entry, d):  # the host time of the speculative launch alone
+        t = time.perf_counter()
+        real_launch(entry, d)
+        launch_us.append((time.perf_counter() - t) * 1e6)
+    speculate._launch = timed_launch
+    for _ in range(8):
+        for name, st, params, ids, timer in rows:
+            outs[name] = run(name, st, params, ids)
+            st.synchronize()
+    times: dict = {name: [] for name, *_ in rows}
+    for _ in range(rounds):
+        for name, st, params, ids, timer in rows:
+            timer.start()
+            outs[name] = run(name, st, params, ids)
+            times[name].append(timer.stop() * 1e6)
+    speculate.ENABLED = True
+    print(f"GPT-2 small lf.nn, B={batch}, 16 tokens, bf16, 1 lane, three rows taking turns ({rounds} samples each):")
+    for name, ts in times.items():
+        split = np.median(np.array(host[name][-rounds:]), axis=0) if name in host else (0, 0)
+        print(f"{name:>9} {np.median(ts):>7.0f}us  p25 {np.percentile(ts, 25):>5.0f}us  p75 {np.percentile(ts, 75):>5.0f}us"
+              f"  build {split[0]:>5.0f}us  eval {split[1]:>4.0f}us")
+    print(f"speculative launch, host: median {np.median(launch_us[-rounds:]):.0f}us; {speculate.STATS}")
+
+
 def main() -> None:
+    if "--alternate" in sys.argv:
+        return alternate(int(arg("--rounds", "40")), int(arg("--batch", "1")))
     rounds = int(arg("--rounds", "6"))
     batch = int(arg("--batch", "1"))
     betweens = arg("--between", "none,uncached").split(",")

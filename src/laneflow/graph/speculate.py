@@ -71,6 +71,8 @@ def first_node(d) -> None:
     it as its trigger) and launch the plan it triggers, if any."""
     WATCH[0] = False
     _after[0] = weakref.ref(d)
+    if not ENABLED:
+        return
     try:
         entries = ARMED.get(d.prim)
     except TypeError:  # a primitive of a user's that does not hash
@@ -170,7 +172,7 @@ def learn(entry, unit, order: list, leaves: list) -> None:
 def evaluated() -> None:
     """An evaluation was scheduled (``eval_cache.schedule``): watch the next node made."""
     _after[0] = None
-    WATCH[0] = ENABLED
+    WATCH[0] = True  # (also while off: a program that turns it on again learns from its next step)
 
 
 def stop(entry) -> None:

@@ -3,6 +3,12 @@
 ``start()`` waits until the stream is idle and records a timing event on its first lane, which then
 completes at once; ``stop()`` records an event on every lane and returns the time from the start
 event to the last lane's end, so work spread over lanes is timed end to end on the GPU's clock.
+
+``stop()`` first hands the device's deferred frees to the driver (``Memory.collect``, which the next
+command would do): the values a timed run let go are freed within its own time. Without it the next
+command on the device paid for them, i.e. the next bench row: after ``bench gpt2``'s uncached row,
+whose forward drops hundreds of buffers, the following row was about 0.2 ms slower on the H200 than
+the same row placed elsewhere (``tools/probe_speculate.py --alternate --rows ...``, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ class StreamEventTimer:
 
     def stop(self) -> float:
         self.ctx.ensure_current()
+        mem = self.ctx.memory
+        if mem.pending or mem.waiting:
+            mem.collect(retire=False)
         for ev, lane in zip(self.ends, self.stream.lanes):
             check(cu.cuEventRecord(ev, lane.stream), "cuEventRecord")
         longest = 0.0
