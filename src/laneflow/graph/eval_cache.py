@@ -118,7 +118,7 @@ def configure(enabled: bool | None = None, executor_after: int | None = None, ma
         _spec.ENABLED = bool(speculate)
         if not _spec.ENABLED:
             for e in _entries.values():
-                _spec.stop(e)
+                _spec.forget(e)
             _spec.clear()
     _evict(None)
 
@@ -254,7 +254,8 @@ def schedule(roots) -> None:
         try:
             _schedule(roots)
         finally:
-            _spec.evaluated()
+            if not EARLY[0]:  # (an early-launched piece is mid-forward: its next node starts nothing)
+                _spec.evaluated()
 
 
 def _schedule(roots) -> None:

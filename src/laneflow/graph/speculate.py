@@ -23,8 +23,10 @@ The graph is almost always the last one again, with the same weights. So:
 
 Nothing changes for a program but timing: values, errors (a launch's device-side errors reach only
 the values that use its outputs) and memory (the executor's output sets, which a launch uses as a
-hit's would). Plans that write a donated argument in place, and buffers shared outside laneflow
-(``exported``: another library may write them), are never guessed. Only GPU streams guess
+hit's would). Plans that write a donated argument in place or hold collectives (every rank must
+issue those in the same order), and buffers shared outside laneflow (``exported``: another library may
+write them), are never guessed. A guess that no evaluation takes keeps one of the executor's output
+sets busy until the plan's next hit drops it. Only GPU streams guess
 (:data:`DEVICES`; a CPU plan's one command competes with the building thread for the host); the tests
 let CPU streams guess too, so the checks run on every machine. ``LANEFLOW_SPECULATE=0`` at start-up,
 or ``lf.set_plan_cache(speculate=False)``, turns it off; ``lf.plan_cache_info()`` counts launches
@@ -56,19 +58,20 @@ STATS = {"speculated": 0, "speculation_used": 0, "speculation_wasted": 0}
 
 
 class Guess:
-    """A launch made ahead of its evaluation: the executor, its outputs (``lease``), the leaf buffers
-    it read with their writers then, and the executor's launch count just after it."""
+    """A launch made ahead of its evaluation: the executor, its outputs (``lease``), the leaves it ran
+    on (their ArrayData, which a CPU plan's kept layout copies are keyed by) and their buffers with
+    their writers then, and the executor's launch count just after it."""
 
-    __slots__ = ("unit", "lease", "bufs", "writers", "seq")
+    __slots__ = ("unit", "lease", "datas", "bufs", "writers", "seq")
 
-    def __init__(self, unit, lease, bufs: list, seq: int):
-        self.unit, self.lease, self.bufs, self.seq = unit, lease, bufs, seq
+    def __init__(self, unit, lease, datas: list, bufs: list, seq: int):
+        self.unit, self.lease, self.datas, self.bufs, self.seq = unit, lease, datas, bufs, seq
         self.writers = [b.writer for b in bufs]
 
 
 def first_node(d) -> None:
-    """``ops.core.node`` made ``d``, the first node since a hit: remember it (the next hit may learn
-    it as its trigger) and launch the plan it triggers, if any."""
+    """``ops.core.node`` made ``d``, the first node since an evaluation: remember it (the next hit may
+    learn it as its trigger) and launch the plan it triggers, if any."""
     WATCH[0] = False
     _after[0] = weakref.ref(d)
     if not ENABLED:
@@ -78,34 +81,42 @@ def first_node(d) -> None:
     except TypeError:  # a primitive of a user's that does not hash
         return
     if entries is not None:
+        stream = d.stream
         for entry in entries:
-            if entry.trigger[1] is d.stream:
+            trig = entry.trigger  # (read once: another thread may stop the entry meanwhile)
+            if trig and trig[1] is stream:
                 _launch(entry, d)
                 return
 
 
 def _launch(entry, d) -> None:
-    _, stream, slots = entry.trigger
-    unit, datas = entry.spec_unit, entry.spec_datas
-    if not entry.alive or entry.guess is not None or unit is None or datas is None:
-        return
-    datas = list(datas)
-    for s, x in zip(slots, d.inputs):
-        was = datas[s]
-        if x.prim is not None or x.shape != was.shape or x.dtype != was.dtype or x.device != was.device:
-            return  # a pending input, or another kind of leaf: not this plan's first node
-        datas[s] = x
     outer = CALLER.collect
     CALLER.collect = None
     try:
-        with _sched.LOCK:
+        with _sched.LOCK:  # (everything read under the lock: evictions and stops take it too)
+            trig, unit, datas = entry.trigger, entry.spec_unit, entry.spec_datas
+            gs = entry.graph_scalars
+            if (not trig or not entry.alive or entry.guess is not None or unit is None or datas is None
+                    or gs is None or entry.plan.unit is False):
+                return
+            _, stream, slots = trig
+            datas = list(datas)
+            for s, x in zip(slots, d.inputs):
+                was = datas[s]
+                if x.prim is not None or x.shape != was.shape or x.dtype != was.dtype or x.device != was.device:
+                    return  # a pending input, or another kind of leaf: not this plan's first node
+                datas[s] = x
             bufs = [x.buffer for x in datas]
             for b in bufs:
                 if b.exported:
                     return
+            # The executor's scalar values: a hit with other values (run as commands) left its own in
+            # the plan's Scalars, and a launch that captures a graph (a new output set) reads them.
+            for obj, v in zip(entry.scalars, gs):
+                obj.value = v
             lease = unit.run(datas, stream)
             if lease is not None:
-                entry.guess = Guess(unit, lease, bufs, unit.launches)
+                entry.guess = Guess(unit, lease, datas, bufs, unit.launches)
                 STATS["speculated"] += 1
     except Exception:  # noqa: BLE001 - optional work: the step launches at its eval as usual
         stop(entry)
@@ -115,8 +126,12 @@ def _launch(entry, d) -> None:
 
 def take(entry, guess: Guess, unit, leaves: list):
     """At a hit of ``entry`` that would launch ``unit`` on ``leaves`` (with the executor's scalar
-    values): the outputs of ``guess`` when it launched exactly that, else None (dropped)."""
-    if guess.unit is unit and unit.launches == guess.seq:
+    values): the outputs of ``guess`` when it launched exactly that, else None (dropped). The leaves
+    must be the very values it ran on (a value is immutable while anything can see it; the guess may
+    have run on the last hit's values, which could have died and had their buffers written in place
+    since, and a CPU plan keys its kept layout copies by value), their buffers the same, with the
+    same last writers (a write after the launch read them changes a writer)."""
+    if guess.unit is unit and unit.launches == guess.seq and leaves == guess.datas:  # (values: by identity)
         bufs = [d.buffer for d in leaves]
         if bufs == guess.bufs and [b.writer for b in bufs] == guess.writers:  # (both compare by identity)
             entry.spec_misses = 0
@@ -159,14 +174,20 @@ def learn(entry, unit, order: list, leaves: list) -> None:
                 break
         else:
             return
+    if any(st.prim.lane_for is not None for st in entry.plan.steps):
+        stop(entry)  # collectives: every rank must issue them in the same order, guessed or not
+        return
     prim = first.prim
     try:
         kept = ARMED.setdefault(prim, [])
     except TypeError:  # a primitive of a user's that does not hash
         return
     entry.trigger = (prim, first.stream, slots)
-    kept[:] = [e for e in kept if e.trigger and e.trigger[1] is not first.stream][:PER_TRIGGER - 1]
-    kept.append(entry)
+    keep = [e for e in kept if e.trigger and e.trigger[1] is not first.stream][:PER_TRIGGER - 1]
+    for e in kept:
+        if e is not entry and not any(e is k for k in keep):
+            _clear(e, None)  # (replaced on its stream, or one too many: it may learn again)
+    kept[:] = [*keep, entry]
 
 
 def evaluated() -> None:
@@ -176,10 +197,24 @@ def evaluated() -> None:
 
 
 def stop(entry) -> None:
-    """``entry`` guesses no more (evicted, or wrong too often)."""
-    trig = entry.trigger
-    entry.trigger = False
+    """``entry`` guesses no more (evicted, wrong too often, or its launch failed)."""
+    _unarm(entry, False)
+
+
+def forget(entry) -> None:
+    """``entry`` drops its trigger and what it kept for guessing, and may learn again (speculation
+    turned off, or another plan took its place)."""
+    _unarm(entry, None)
+
+
+def _clear(entry, trigger) -> None:
+    entry.trigger = trigger
     entry.guess = entry.spec_unit = entry.spec_datas = None
+
+
+def _unarm(entry, trigger) -> None:
+    trig = entry.trigger
+    _clear(entry, trigger)
     if trig:
         kept = ARMED.get(trig[0])
         if kept is not None:
