@@ -118,7 +118,8 @@ def set_early_launch(every: int) -> None:
 
 def plan_cache_info() -> dict[str, Any]:
     """The plan cache's settings, entries and pinned bytes, and its counters (hits, misses, first
-    sightings, bypassed graphs, evictions, executor runs)."""
+    sightings, bypassed graphs, evictions, executor runs, early launches; speculative launches made,
+    taken and dropped: ``speculated``, ``speculation_used``, ``speculation_wasted``)."""
     with _sched.LOCK:
         return eval_cache.info()
 
