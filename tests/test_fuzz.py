@@ -15,8 +15,9 @@ so that its graphs hit the plan cache (``graph/eval_cache.py``: the second sight
 third replays it; with the executor after no hits, that third run is a CUDA graph or one command),
 and two programs in three launch early (``graph/early.py``: after every first or second matrix
 product, the next one's pending operands are scheduled on their own, on the CPU too). Some programs
-run six times, three of them from the same input values, so that speculative launches
-(``graph/speculate.py``) are made, taken and dropped, on the CPU too;
+run seven times, three of them from the same input values and one from them with an input
+rewritten in place, so that speculative launches (``graph/speculate.py``) are made, taken and
+dropped, on the CPU too;
 the one-lane run has the cache off and, on the GPU, elementwise fusion off too. The many-lane runs
 must equal numpy, and their first run the one-lane run bit for bit (on the CPU; within float
 tolerance on the GPU, where fused kernels and library calls may differ in the last bits). ``LANEFLOW_FUZZ_PROGRAMS`` (or
@@ -311,13 +312,17 @@ def make_inputs(prog, rep: int = 0):
 
 
 def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache: bool = True,
-                 fuse: bool = True, early_every: int = 0, same_inputs: frozenset = frozenset()):
+                 fuse: bool = True, early_every: int = 0, same_inputs: frozenset = frozenset(),
+                 doubled: frozenset = frozenset()):
     """The program ``repeats`` times on one set of streams (new inputs each time): a list of
     (laneflow results, numpy references) per repetition. ``device``: a Device, or a list of them
     that the streams take in turn (arrays spread over several GPUs). ``early_every``: early launch
     after every so many matrix products, on every device (0: off). ``same_inputs``: repetitions that
     start from the very input values of the repetition before them (the same leaves, so that a
-    speculative launch, ``graph/speculate.py``, which guesses on every device here, can be taken)."""
+    speculative launch, ``graph/speculate.py``, which guesses on every device here, can be taken).
+    ``doubled``: of those, repetitions whose first input is first replaced by its double, with every
+    array of the old value dropped, so that the product may be written into its buffer in place (a
+    guess made on the last repetition's values must then not be taken)."""
     from laneflow.array import Array
     from laneflow.graph import early, eval_cache, fusion, speculate
 
@@ -338,6 +343,12 @@ def run_laneflow(prog, device, lanes_per_stream, delays, repeats: int = 1, cache
                 pool = Pool([], streams)
                 pool.lf = [Array._wrap(a._data) for a in first]
                 pool.np = [x.copy() for x in first_np]
+                if rep in doubled:
+                    first = None  # (the old value's last arrays go: its buffer may be reused in place)
+                    pool.lf[0] = pool.lf[0] * 2
+                    lf.eval(pool.lf[0])
+                    pool.np[0] = pool.np[0] * 2
+                    first_np = [x.copy() for x in pool.np]
             else:
                 first_np = make_inputs(prog, rep)
                 pool = Pool(first_np, streams)
@@ -412,10 +423,12 @@ def test_random_programs_match_numpy_on_one_lane_and_many(device, prog):
                                  HealthCheck.data_too_large])
 @given(prog=program)
 def test_random_programs_with_speculative_launches(device, prog):
-    """Six repetitions on the drawn streams, with delays: the third to fifth from the same input values
+    """Seven repetitions on the drawn streams, with delays: the third to fifth from the same input values
     (a hit from the third on, a trigger learnt at the fourth, whose guess the fifth may take), the
-    sixth from new ones (a guess dropped). Each must equal numpy."""
-    runs = run_laneflow(prog, device, prog["streams"], delays=True, repeats=6, same_inputs=frozenset({3, 4}))
+    sixth from them with the first input doubled in place (a guess on the old value dropped), the
+    seventh from new ones (a guess dropped). Each must equal numpy."""
+    runs = run_laneflow(prog, device, prog["streams"], delays=True, repeats=7, same_inputs=frozenset({3, 4, 5}),
+                        doubled=frozenset({5}))
     for rep, (many, refs) in enumerate(runs):
         assert len(many) == len(refs)
         for k, (b, r) in enumerate(zip(many, refs)):

@@ -294,3 +294,28 @@ def test_a_guess_that_captures_a_graph_holds_the_executors_scalar_values(tmp_pat
 
     p = run_under_fake_driver(_STALE_SCALARS, tmp_path, timeout=120)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+
+
+def test_steps_repeated_on_several_host_threads_each_get_their_own_values(guessing, rng):
+    """Four threads, each repeating the step on a stream of its own with weights of its own: the
+    triggers (one per stream, under one primitive), the watch and the guesses are shared state."""
+    from conftest import repeat_in_threads
+
+    xn = rng.standard_normal((3, 8))
+    wn = [rng.standard_normal((8, 8)) / 3 for _ in range(4)]
+    st = lf.new_stream(guessing, lanes=1)
+    with lf.stream(st):  # the reference: this device's own bits (compared exactly below)
+        want = np.asarray(_forward(lf.array(xn), [lf.array(w) for w in wn], lf))
+    np.testing.assert_allclose(want, _forward(xn, wn, np), rtol=1e-12, atol=1e-12)
+
+    def prepare(s):
+        x = lf.array(xn, stream=s)
+        ws = [lf.array(w, stream=s) for w in wn]
+        lf.eval(x, *ws)
+
+        def step():
+            with lf.stream(s):
+                return [_forward(x, ws, lf)]
+        return step
+
+    repeat_in_threads(guessing, prepare, [want], reps=30, check_every=1)
