@@ -96,6 +96,19 @@ def run_under_fake_driver(script: str, cwd, timeout: int):
                           text=True, env=env, timeout=timeout, cwd=str(cwd), check=False)
 
 
+def stack_inputs(rng, device, x_shape: tuple, layers: int):
+    """A residual stack's inputs (``tests/test_early_launch.py``, ``tests/test_speculate.py``): x of
+    ``x_shape`` and ``layers`` 8x8 weights, drawn in that order, evaluated on a new 2-lane stream of
+    ``device``. Returns ``(stream, x, weights, x as numpy, weights as numpy)``."""
+    xn = rng.standard_normal(x_shape)
+    wn = [rng.standard_normal((8, 8)) / 3 for _ in range(layers)]
+    st = lf.new_stream(device, lanes=2)
+    x = lf.array(xn, stream=st)
+    ws = [lf.array(w, stream=st) for w in wn]
+    lf.eval(x, *ws)
+    return st, x, ws, xn, wn
+
+
 def run_threads(target, n: int) -> None:
     """Run ``target(k)`` on n host threads at once and wait for all of them."""
     import threading

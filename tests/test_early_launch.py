@@ -35,13 +35,9 @@ def _mlp(x, ws, xp):
 
 
 def _inputs(rng, device, layers=7):
-    xn = rng.standard_normal((2, 3, 8))
-    wn = [rng.standard_normal((8, 8)) / 3 for _ in range(layers)]
-    st = lf.new_stream(device, lanes=2)
-    x = lf.array(xn, stream=st)
-    ws = [lf.array(w, stream=st) for w in wn]
-    lf.eval(x, *ws)
-    return st, x, ws, xn, wn
+    from conftest import stack_inputs
+
+    return stack_inputs(rng, device, (2, 3, 8), layers)
 
 
 def test_a_long_forward_runs_in_pieces_and_equals_numpy(launching, rng):

@@ -33,13 +33,9 @@ def _forward(x, ws, xp, scale=0.5):
 
 
 def _setup(rng, device, layers=4):
-    st = lf.new_stream(device, lanes=2)
-    xn = rng.standard_normal((3, 8))
-    wn = [rng.standard_normal((8, 8)) / 3 for _ in range(layers)]
-    x = lf.array(xn, stream=st)
-    ws = [lf.array(w, stream=st) for w in wn]
-    lf.eval(x, *ws)
-    return st, x, ws, xn, wn
+    from conftest import stack_inputs
+
+    return stack_inputs(rng, device, (3, 8), layers)
 
 
 def _warmed(rng, device):

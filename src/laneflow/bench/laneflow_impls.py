@@ -96,65 +96,49 @@ def fused(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
 
 def _with_fusion(run: Callable, enabled: bool) -> Callable:
     """``run`` with elementwise fusion set to ``enabled`` while it runs (restored after)."""
+    return _while_set(run, lambda: fusion._enabled, fusion.set_enabled, enabled)
+
+
+def _while_set(run: Callable, read: Callable, write: Callable, value: Any) -> Callable:
+    """``run`` with a setting (``read()``, ``write(v)``) at ``value`` while it runs, restored after."""
 
     def wrapped():
-        was = fusion._enabled
-        fusion.set_enabled(enabled)
+        was = read()
+        write(value)
         try:
             return run()
         finally:
-            fusion.set_enabled(was)
+            write(was)
 
     return wrapped
+
+
+def _renamed(impl: Impl | Result, run: Callable, suffix: str) -> Impl | Result:
+    """``impl`` (a laneflow row; a Result is a failure to show as it is) running ``run(impl.run)``
+    instead, its name ending in ``suffix``."""
+    if isinstance(impl, Result):
+        return impl
+    impl.run = run(impl.run)
+    impl.name += suffix
+    return impl
 
 
 def unviewed(impl: Impl | Result) -> Impl | Result:
     """``impl`` (a laneflow row) with layout folding off while it runs (every reshape, transpose and
     slice its own copy), named so: the row that counts every op as a command."""
-    if isinstance(impl, Result):
-        return impl
-    run = impl.run
-
-    def wrapped():
-        was = views.enabled()
-        views.set_enabled(False)
-        try:
-            return run()
-        finally:
-            views.set_enabled(was)
-
-    impl.run = wrapped
-    impl.name += ", views off"
-    return impl
+    return _renamed(impl, lambda run: _while_set(run, views.enabled, views.set_enabled, False), ", views off")
 
 
 def unspeculated(impl: Impl | Result) -> Impl | Result:
     """``impl`` (an eager laneflow row) with speculative launch off while it runs
     (``graph/speculate.py``), named so: the row that shows what starting the GPU at the first op gains."""
-    if isinstance(impl, Result):
-        return impl
-    run = impl.run
-
-    def wrapped():
-        was = speculate.ENABLED
-        speculate.ENABLED = False
-        try:
-            return run()
-        finally:
-            speculate.ENABLED = was
-
-    impl.run = wrapped
-    impl.name += ", not speculated"
-    return impl
+    return _renamed(impl, lambda run: _while_set(run, speculate.enabled, speculate.set_enabled, False),
+                    ", not speculated")
 
 
 def unfused(impl: Impl | Result) -> Impl | Result:
     """``impl`` (a laneflow row) with elementwise fusion off while it runs, named so."""
-    if isinstance(impl, Result):
-        return impl
-    impl.run = _with_fusion(impl.run, False)
-    impl.name += ", fusion off"
-    return impl
+    return _renamed(impl, lambda run: _with_fusion(run, False), ", fusion off")
 
 
 def compiled(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarray], lanes: int, *,

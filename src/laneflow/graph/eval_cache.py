@@ -37,7 +37,7 @@ import weakref
 from operator import is_
 from typing import Any
 
-from ..runtime.lane import CALLER
+from ..runtime.lane import not_waiting
 from . import eval_templates as _templates
 from . import schedule as _sched
 from . import speculate as _spec
@@ -115,8 +115,8 @@ def configure(enabled: bool | None = None, executor_after: int | None = None, ma
     if max_bytes is not None:
         MAX_BYTES = max_bytes
     if speculate is not None:
-        _spec.ENABLED = bool(speculate)
-        if not _spec.ENABLED:
+        _spec.set_enabled(speculate)
+        if not speculate:
             for e in _entries.values():
                 _spec.forget(e)
             _spec.clear()
@@ -141,7 +141,7 @@ def clear() -> None:
     """Drop every cached plan (their memory is freed once their last launch is done)."""
     for e in _entries.values():
         e.alive = False
-        e.guess = e.spec_unit = e.spec_datas = None
+        _spec.forget(e)
     _entries.clear()
     _seen.clear()
     _templates.TEMPLATES.clear()
@@ -259,42 +259,37 @@ def schedule(roots) -> None:
 
 
 def _schedule(roots) -> None:
-    with _sched.LOCK:
-        PRODUCTS[0] = 0
-        if ENABLED and not _bypass[0] and not _building[0]:
-            found = _templates.find(roots)
-            if found is not None:
-                t, m = found
-                _entries.move_to_end(t.entry.key)
-                _hit(t.entry, *m)
-                return
+    """``schedule``'s work, under its lock."""
+    PRODUCTS[0] = 0
+    if ENABLED and not _bypass[0] and not _building[0]:
+        found = _templates.find(roots)
+        if found is not None:
+            t, m = found
+            _entries.move_to_end(t.entry.key)
+            _hit(t.entry, *m)
+            return
+        w = _walk(roots)
+        if w is _CONSTANT:
+            # host data in the graph is a value: upload it first, so that it is a leaf of the plan
+            for d in _sched.toposort(roots):
+                if d.prim.kind == "constant":
+                    _sched.schedule_one(d)
             w = _walk(roots)
-            if w is _CONSTANT:
-                # host data in the graph is a value: upload it first, so that it is a leaf of the plan
-                for d in _sched.toposort(roots):
-                    if d.prim.kind == "constant":
-                        _sched.schedule_one(d)
-                w = _walk(roots)
-            if w.__class__ is tuple:
-                order, s = w
-                if not _run_structure(roots, order, s):
-                    _sched.execute(order)
-                return
-            if w is _BYPASS:
-                STATS["bypassed"] += 1
-        _sched.execute(_sched.toposort(roots))
+        if w.__class__ is tuple:
+            order, s = w
+            if not _run_structure(roots, order, s):
+                _sched.execute(order)
+            return
+        if w is _BYPASS:
+            STATS["bypassed"] += 1
+    _sched.execute(_sched.toposort(roots))
 
 
 def start(roots) -> None:
     """``schedule(roots)`` for a caller that will not wait (``lf.async_eval``, an early launch): no
     command is left for this thread to run (``CALLER.collect``)."""
-    outer = CALLER.collect
-    CALLER.collect = None
-    try:
-        with _sched.LOCK:  # (read the bindings where no other thread can reuse their buffers in place)
-            schedule(roots)
-    finally:
-        CALLER.collect = outer
+    with not_waiting(), _sched.LOCK:  # (bindings read where no other thread reuses their buffers in place)
+        schedule(roots)
 
 
 def building() -> bool:

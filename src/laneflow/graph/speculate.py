@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import weakref
 
-from ..runtime.lane import CALLER
+from ..runtime.lane import not_waiting
 from . import schedule as _sched
 
 ENABLED = os.environ.get("LANEFLOW_SPECULATE", "1") != "0"
@@ -90,10 +90,8 @@ def first_node(d) -> None:
 
 
 def _launch(entry, d) -> None:
-    outer = CALLER.collect
-    CALLER.collect = None
     try:
-        with _sched.LOCK:  # (everything read under the lock: evictions and stops take it too)
+        with not_waiting(), _sched.LOCK:  # (everything read under the lock: evictions and stops take it too)
             trig, unit, datas = entry.trigger, entry.spec_unit, entry.spec_datas
             gs = entry.graph_scalars
             if (not trig or not entry.alive or entry.guess is not None or unit is None or datas is None
@@ -120,8 +118,6 @@ def _launch(entry, d) -> None:
                 STATS["speculated"] += 1
     except Exception:  # noqa: BLE001 - optional work: the step launches at its eval as usual
         stop(entry)
-    finally:
-        CALLER.collect = outer
 
 
 def take(entry, guess: Guess, unit, leaves: list):
@@ -188,6 +184,17 @@ def learn(entry, unit, order: list, leaves: list) -> None:
         if e is not entry and not any(e is k for k in keep):
             _clear(e, None)  # (replaced on its stream, or one too many: it may learn again)
     kept[:] = [*keep, entry]
+
+
+def enabled() -> bool:
+    return ENABLED
+
+
+def set_enabled(on: bool) -> None:
+    """Guess or not from now on (triggers learnt so far are kept: ``eval_cache.configure`` forgets
+    them when turning it off for good)."""
+    global ENABLED
+    ENABLED = bool(on)
 
 
 def evaluated() -> None:

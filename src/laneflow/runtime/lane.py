@@ -31,6 +31,20 @@ class _Caller(threading.local):
 CALLER = _Caller()
 
 
+class not_waiting:
+    """``with not_waiting():`` scheduling by a caller that will not wait for the work (``lf.async_eval``,
+    an early or speculative launch): no command is left for this thread to run (``CALLER.collect``)."""
+
+    __slots__ = ("outer",)
+
+    def __enter__(self) -> None:
+        self.outer = CALLER.collect
+        CALLER.collect = None
+
+    def __exit__(self, *exc: object) -> None:
+        CALLER.collect = self.outer
+
+
 def run_collected(collected: list) -> None:
     """Run the commands lanes deferred to this thread (``lf.eval``, after scheduling and before
     waiting): each runs here unless a later submission handed it back to its lane's own queue."""
