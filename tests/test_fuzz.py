@@ -478,6 +478,27 @@ def test_the_fuzzers_repeated_runs_do_hit_the_plan_cache_and_its_executor(device
     assert hits >= 20 and runs >= 10, (hits, runs, eval_cache.STATS)
 
 
+def test_the_fuzzers_repeated_runs_do_replay_tapes(device):
+    """Trace-guided replay (graph/tape.py) under the fuzzer's programs: seven repetitions each (new
+    inputs every time), the later ones answered from tapes, must match numpy. A program that
+    evaluates mid-way is taped piece by piece, and a piece reading a value the piece before left
+    pending is not taped: the programs here evaluate only at their end, so that most are taped whole."""
+    import random
+
+    from laneflow.graph import tape
+
+    before = dict(tape.STATS)
+    rnd = random.Random(11)
+    for _ in range(12):
+        prog = random_program(rnd)
+        prog["steps"] = [s for s in prog["steps"] if s[0] not in ("eval", "async_eval")]
+        for rep, (many, refs) in enumerate(run_laneflow(prog, device, prog["streams"], delays=False, repeats=7)):
+            for k, (b, r) in enumerate(zip(many, refs)):
+                _agree(b, r, device, k, f"numpy (run {rep}, tapes)")
+    replays = tape.STATS["tape_replays"] - before["tape_replays"]
+    assert replays >= 16, (replays, tape.STATS)  # (23 on the CPU, 2026-12-04)
+
+
 def mixed_pool(prog, devices: tuple = (lf.gpu, lf.cpu)) -> tuple:
     """A program's inputs on streams that take ``devices`` in turn (one more stream than the program
     asks for; by default GPU and CPU): the race model's tests (test_fake_gpu_races.py) run programs so.

@@ -18,3 +18,19 @@ from .ops.datadep import nonzero, unique_all, unique_counts, unique_inverse, uni
 from .ops.along_axis import count_nonzero, diff, take_along_axis  # noqa: F401
 from .ops.sorting import argsort, cumulative_prod, cumulative_sum, searchsorted, sort  # noqa: F401
 from .ops.linalg_api import tensordot, vecdot  # noqa: F401
+
+# Trace-guided replay (graph/tape.py, ops/tape.py): the pure ops are recorded and replayed at the
+# public entry (lf.<op> and the Array methods, which call these). Not taped: creation from host data,
+# random numbers, data-dependent shapes, and anything that evaluates.
+from .ops.tape import taped as _taped  # noqa: E402
+
+_TAPED = (*_GENERATED, "power", "where", "clip", "round", "real", "imag", "conj",
+          "getitem", "setitem", "take", "matmul", "tensordot", "vecdot",
+          "all", "any", "argmax", "argmin", "logsumexp", "max", "mean", "min", "prod", "softmax", "std", "sum", "var",
+          "astype", "broadcast_to", "concatenate", "expand_dims", "flatten", "reshape", "split", "squeeze", "stack",
+          "swapaxes", "transpose", "concat", "flip", "matrix_transpose", "moveaxis", "permute_dims", "repeat", "roll",
+          "tile", "tril", "triu", "unstack", "take_along_axis", "diff", "cumulative_sum", "cumulative_prod",
+          "arange", "zeros", "ones", "full", "eye", "zeros_like", "ones_like", "full_like", "empty", "empty_like")
+for _name in _TAPED:
+    globals()[_name] = _taped(globals()[_name])
+del _name

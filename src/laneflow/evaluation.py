@@ -84,7 +84,7 @@ def eval(*xs: Any, timeout: float | None = None) -> None:  # noqa: A001 - MLX's 
 
 def set_plan_cache(enabled: bool | None = None, *, executor_after: int | None = None,
                    max_entries: int | None = None, max_bytes: int | None = None,
-                   speculate: bool | None = None) -> None:
+                   speculate: bool | None = None, tape: bool | None = None) -> None:
     """Settings of the plan cache of ``lf.eval`` (``graph/eval_cache.py``); None keeps a setting.
 
     A graph evaluated again with the same structure (other values, other Python scalar values) replays
@@ -94,12 +94,15 @@ def set_plan_cache(enabled: bool | None = None, *, executor_after: int | None = 
     it; ``LANEFLOW_PLAN_CACHE=0`` starts with it off. ``speculate``: on a GPU stream, a step that
     repeats starts its CUDA graph when its first op is called, while Python builds the rest, and its
     ``lf.eval`` takes the outputs only if the whole graph and its inputs turned out the same
-    (``graph/speculate.py``; on by default, ``LANEFLOW_SPECULATE=0`` starts with it off).
+    (``graph/speculate.py``; on by default, ``LANEFLOW_SPECULATE=0`` starts with it off). ``tape``: a
+    step that repeats is recorded once as its op calls, and later steps answer each matching op call
+    with the recorded nodes, skipping the op's checks and inference (``graph/tape.py``; on by default,
+    ``LANEFLOW_TAPE=0`` starts with it off).
 
     >>> lf.set_plan_cache(executor_after=0)   # run repeated steps as graphs from their first hit
     """
     with _sched.LOCK:
-        eval_cache.configure(enabled, executor_after, max_entries, max_bytes, speculate)
+        eval_cache.configure(enabled, executor_after, max_entries, max_bytes, speculate, tape)
 
 
 def set_early_launch(every: int) -> None:
@@ -119,7 +122,9 @@ def set_early_launch(every: int) -> None:
 def plan_cache_info() -> dict[str, Any]:
     """The plan cache's settings, entries and pinned bytes, and its counters (hits, misses, first
     sightings, bypassed graphs, evictions, executor runs, early launches; speculative launches made,
-    taken and dropped: ``speculated``, ``speculation_used``, ``speculation_wasted``)."""
+    taken and dropped: ``speculated``, ``speculation_used``, ``speculation_wasted``; tapes recorded,
+    steps replayed from a tape, replays left mid-step and replays whose evaluation missed the tape's
+    plan: ``tapes_recorded``, ``tape_replays``, ``tape_divergences``, ``tape_misses``; ``tapes`` held)."""
     with _sched.LOCK:
         return eval_cache.info()
 

@@ -178,3 +178,10 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None, is
         ins.append(dm)
     prim = shared(Attention, s, bool(is_causal), kind)
     return node(prim, ins, (B, Hq, Tq, dv.shape[3]), dq.dtype, st)
+
+
+# trace-guided replay (graph/tape.py): the layers are recorded and replayed as one call each
+from .ops.tape import taped as _taped  # noqa: E402
+
+layer_norm, rms_norm, gelu, silu, softmax, scaled_dot_product_attention = map(
+    _taped, (layer_norm, rms_norm, gelu, silu, softmax, scaled_dot_product_attention))

@@ -14,7 +14,7 @@ import numpy as np
 import laneflow as lf
 from laneflow.runtime.backend import backend_for
 
-from ..graph import eval_cache, fusion, speculate, views
+from ..graph import eval_cache, fusion, speculate, tape, views
 
 from .harness import Case, Impl, Result, laneflow_timer, skipped
 
@@ -69,16 +69,18 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
             with eval_cache.bypass():
                 return plain_run()
     elif report_cache:
-        counts = extra["plan_cache"] = {"runs": 0, "hits": 0, "executor_runs": 0, "speculation_used": 0}
+        counts = extra["plan_cache"] = {"runs": 0, "hits": 0, "executor_runs": 0, "speculation_used": 0,
+                                        "tape_replays": 0}
 
         def run():  # noqa: F811 - the same run, counting what the plan cache did (shown in the note)
-            st, sp = eval_cache.STATS, speculate.STATS
-            hits, execs, used = st["hits"], st["executor_runs"], sp["speculation_used"]
+            st, sp, tp = eval_cache.STATS, speculate.STATS, tape.STATS
+            hits, execs, used, replays = st["hits"], st["executor_runs"], sp["speculation_used"], tp["tape_replays"]
             y = plain_run()
             counts["runs"] += 1
             counts["hits"] += st["hits"] - hits
             counts["executor_runs"] += st["executor_runs"] - execs
             counts["speculation_used"] += sp["speculation_used"] - used
+            counts["tape_replays"] += tp["tape_replays"] - replays
             return y
 
     return Impl(label, run, to_host, lanes=lanes, sync=lambda: stream.synchronize(), timer=timer,
@@ -134,6 +136,12 @@ def unspeculated(impl: Impl | Result) -> Impl | Result:
     (``graph/speculate.py``), named so: the row that shows what starting the GPU at the first op gains."""
     return _renamed(impl, lambda run: _while_set(run, speculate.enabled, speculate.set_enabled, False),
                     ", not speculated")
+
+
+def untaped(impl: Impl | Result) -> Impl | Result:
+    """``impl`` (an eager laneflow row) with trace-guided replay paused while it runs (``graph/tape.py``),
+    named so: the row that shows what answering the ops from the step's tape gains."""
+    return _renamed(impl, lambda run: _while_set(run, tape.enabled, tape.set_enabled, False), ", not taped")
 
 
 def unfused(impl: Impl | Result) -> Impl | Result:

@@ -32,15 +32,19 @@ time (``lf.set_plan_cache``), :func:`info` reports it (``lf.plan_cache_info``).
 from __future__ import annotations
 
 import collections
+import math
 import os
 import weakref
 from operator import is_
 from typing import Any
 
+import numpy as np
+
 from ..runtime.lane import not_waiting
 from . import eval_templates as _templates
 from . import schedule as _sched
 from . import speculate as _spec
+from . import tape as _tape
 from .node import ArrayData, LazyData
 from .plan import Plan, build_plan, executor, replay_commands
 
@@ -59,7 +63,7 @@ ENABLED = os.environ.get("LANEFLOW_PLAN_CACHE", "1") != "0"
 class _Entry:
     __slots__ = ("plan", "scalars", "graph_scalars", "hits", "bytes", "stream", "need_positions", "scalar_steps",
                  "key", "template", "alive", "uses", "units", "missed", "trigger", "guess", "spec_unit",
-                 "spec_datas", "spec_misses")
+                 "spec_datas", "spec_misses", "tape")
 
     def __init__(self, plan: Plan, scalars: list, stream: Any, need_positions: list):
         self.plan, self.scalars, self.stream, self.need_positions = plan, scalars, stream, need_positions
@@ -82,6 +86,9 @@ class _Entry:
         self.guess = None
         self.spec_unit = self.spec_datas = None
         self.spec_misses = 0
+        # trace-guided replay (graph/tape.py): None (none yet), a count of failed recordings, the
+        # entry's Tape, or False (never again)
+        self.tape = None
 
 
 _entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
@@ -98,7 +105,7 @@ EARLY = [False]
 
 
 def configure(enabled: bool | None = None, executor_after: int | None = None, max_entries: int | None = None,
-              max_bytes: int | None = None, speculate: bool | None = None) -> None:
+              max_bytes: int | None = None, speculate: bool | None = None, tape: bool | None = None) -> None:
     """Change the plan cache's settings (None: keep). Turning it off empties it."""
     global ENABLED, EXECUTOR_AFTER, MAX_ENTRIES, MAX_BYTES
     for name, v in (("executor_after", executor_after), ("max_entries", max_entries), ("max_bytes", max_bytes)):
@@ -120,6 +127,11 @@ def configure(enabled: bool | None = None, executor_after: int | None = None, ma
             for e in _entries.values():
                 _spec.forget(e)
             _spec.clear()
+    if tape is not None:
+        _tape.set_enabled(tape)
+        if not tape:
+            for e in _entries.values():
+                _tape.forget(e)
     _evict(None)
 
 
@@ -142,17 +154,20 @@ def clear() -> None:
     for e in _entries.values():
         e.alive = False
         _spec.forget(e)
+        _tape.forget(e)
     _entries.clear()
     _seen.clear()
     _templates.TEMPLATES.clear()
     _spec.clear()
+    _tape.clear()
     _pinned[0] = 0
 
 
 def info() -> dict:
     """The settings, the entries and bytes held, and the counters since the start."""
     return {"enabled": ENABLED, "executor_after": EXECUTOR_AFTER, "max_entries": MAX_ENTRIES, "max_bytes": MAX_BYTES,
-            "speculate": _spec.ENABLED, "entries": len(_entries), "pinned_bytes": _pinned[0], **STATS, **_spec.STATS,
+            "speculate": _spec.ENABLED, "tape": _tape.ENABLED, "entries": len(_entries), "pinned_bytes": _pinned[0],
+            **STATS, **_spec.STATS, **_tape.STATS, "tapes": sum(map(len, _tape.TAPES.values())),
             "executors": sum(1 + len(e.units) for e in _entries.values() if e.plan.unit)}
 
 
@@ -256,6 +271,7 @@ def schedule(roots) -> None:
         finally:
             if not EARLY[0]:  # (an early-launched piece is mid-forward: its next node starts nothing)
                 _spec.evaluated()
+                _tape.evaluated()
 
 
 def _schedule(roots) -> None:
@@ -329,6 +345,12 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     """Replay ``entry``'s plan for the graph ``order`` with these leaves and scalar values."""
     STATS["hits"] += 1
     entry.hits += 1
+    if not EARLY[0]:  # a step taped (graph/tape.py): its recording or replay ends at this hit
+        if _tape.STATE[0] is not None:
+            _tape.hit(entry, order)
+        t = entry.tape
+        if t is None or t.__class__ is int:
+            _tape.want(entry)
     for obj, v in zip(entry.scalars, scalars):
         obj.value = v
     plan = entry.plan
@@ -343,7 +365,7 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
                 entry.graph_scalars = scalars
                 _account(entry)
         unit = plan.unit
-        if unit and scalars == entry.graph_scalars:
+        if unit and _same_scalars(scalars, entry.graph_scalars):
             try:
                 if getattr(unit, "misses", None) is not None:
                     unit = _unit_for(entry, unit, leaves)
@@ -376,6 +398,17 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     for ref, *_ in plan.outputs:
         outs.append(lease.buffer_of(specs[ref[1]]) if ref[0] == "slot" else _const_buffer(ref[1]))
     _finish(order, leaves, entry, outs)
+
+
+def _same_scalars(now: list, then: list | None) -> bool:
+    """Whether the scalar values ``now`` are those an executor holds: equal, with the signs of zeros
+    too (``x * -0.0`` is not ``x * 0.0``; lists compare ``-0.0 == 0.0``)."""
+    if now != then:
+        return False
+    for a, b in zip(now, then):
+        if a == 0 and isinstance(a, (float, np.floating)) and math.copysign(1.0, a) != math.copysign(1.0, b):
+            return False
+    return True
 
 
 #: executors one plan may have, each reading its own set of leaves in place (below). Each keeps the
@@ -532,5 +565,6 @@ def _evict(keep: _Entry | None) -> None:
         del _entries[k]
         _templates.forget(e)
         _spec.stop(e)
+        _tape.forget(e)
         _pinned[0] -= e.bytes
         STATS["evicted"] += 1

@@ -105,6 +105,9 @@ def _laneflow_rows(ctx, case: Case, cfg, names: list, inputs: list, ids: np.ndar
         rows.append(lfi.guard(case, "laneflow eager, not speculated", 1, lambda: lfi.unspeculated(
             lfi.eager(case, ctx.device, program, inputs, 1, note="the plan cache's hits; the GPU starts at lf.eval"))))
     if why is None:
+        rows.append(lfi.guard(case, "laneflow eager, not taped", 1, lambda: lfi.untaped(
+            lfi.eager(case, ctx.device, program, inputs, 1, note="the plan cache's hits; every op builds its node"))))
+    if why is None:
         rows.append(lfi.guard(case, "laneflow compiled, weights captured", ctx.lanes,
                               lambda: lfi.compiled_captured(case, ctx.device, make, [ids], inputs[1:], ctx.lanes)))
         if not tag:

@@ -1,0 +1,132 @@
+"""Trace-guided replay, the plan cache's side: which step records a tape, which tapes exist, and what an
+evaluation tells them. The op side (recording a call, replaying one) is ``ops/tape.py``.
+
+A repeated eager step (a forward evaluated again and again) hits one plan-cache entry each time, and
+Python builds the same graph each time: GPT-2 small calls about 300 ops, each of which checks its
+arguments and infers its result (1.5-2 us a call on the H200's host), before the one evaluation. A
+*tape* is that step's op calls as recorded once: per call the op, its static arguments, where its
+array arguments come from (an earlier call's result, or a leaf: an evaluated array), and the nodes it
+made. When the step runs again, each op call that matches the tape's next call is answered with the
+recorded nodes, made anew on the new inputs, without the op's own checks and inference. The nodes are
+real, so nothing downstream changes; a call that does not match (another op, other arguments, another
+stream, an array rebound in place) runs as usual, and the rest of the step is built as usual.
+
+Life of a tape:
+
+1. **want**: a plan-cache hit of an entry that has no tape asks for one (:func:`want`);
+2. **record**: after the next evaluation, the next op call on that thread starts a recorder, which
+   runs each call as usual and notes it; it is given up at a call it cannot note (an argument that is
+   not an Array or plain data, an array made outside the recorded calls and not evaluated, an op that
+   evaluates or rebinds its arguments);
+3. **confirm**: the evaluation that ends the step must hit the wanted entry with a graph made only of
+   recorded nodes; the tape is then filed under its first op (:data:`TAPES`);
+4. **replay**: after an evaluation, an op call that matches a tape's first call on the same stream
+   starts a replayer; the step's evaluation must hit the tape's entry again, else it is a miss, and
+   :data:`MAX_MISSES` misses in a row drop the tape (the entry does not record again).
+
+The state is one slot (:data:`STATE`) that every taped op reads: None (ops run as usual), an armed
+marker (the next op call may start a replay or a recording), a recorder or a replayer. It belongs to
+the thread that evaluated last; op calls of other threads run as usual. Inside ``lf.compile``'s
+tracing, with early launch on (``graph/early.py``), or with ``LANEFLOW_TAPE=0`` /
+``lf.set_plan_cache(tape=False)``, nothing is taped.
+"""
+
+from __future__ import annotations
+
+import os
+from threading import get_ident
+
+ENABLED = os.environ.get("LANEFLOW_TAPE", "1") != "0"
+#: misses in a row after which a tape is dropped, and failed recordings after which an entry stops trying
+MAX_MISSES = 3
+#: tapes kept per first op (one model on several streams, or several models)
+PER_FIRST = 4
+
+#: what the next taped op call does: None (run as usual), an armed marker, a recorder or a replayer
+STATE: list = [None]
+#: first op function -> the tapes that start with it, latest first
+TAPES: dict = {}
+#: the plan-cache entry whose next step is recorded, or None
+WANT: list = [None]
+#: makes the armed marker for a thread (``ops/tape.py`` sets it: the marker knows the op layer)
+ARM: list = [None]
+STATS = {"tapes_recorded": 0, "tape_replays": 0, "tape_divergences": 0, "tape_misses": 0}
+
+
+def want(entry) -> None:
+    """``entry`` was hit and has no tape: record its next step."""
+    t = entry.tape
+    if ENABLED and (t is None or (t.__class__ is int and t < MAX_MISSES)):
+        WANT[0] = entry
+
+
+def hit(entry, order: list) -> None:
+    """The evaluation about to run hits ``entry`` with the graph ``order``: a recorder confirms its tape
+    here, a replayer its replay."""
+    s = STATE[0]
+    if s is not None and s.thread == get_ident():
+        s.hit(entry, order)
+
+
+def evaluated() -> None:
+    """After every evaluation (``eval_cache.schedule``, under its lock): the thread's recorder or
+    replayer ends, and the next op call of this thread may start another."""
+    s = STATE[0]
+    me = get_ident()
+    if s is not None:
+        if s.thread != me and s.busy():
+            return  # another thread is mid-step: leave its replay or recording alone
+        if s.thread == me:
+            s.finish()
+    STATE[0] = ARM[0](me) if ENABLED and (TAPES or WANT[0] is not None) and ARM[0] is not None else None
+
+
+def file(tape) -> None:
+    """A confirmed tape: filed under its first op, latest first."""
+    kept = TAPES.setdefault(tape.first, [])
+    kept.insert(0, tape)
+    for old in kept[PER_FIRST:]:
+        old.entry.tape = None
+    del kept[PER_FIRST:]
+    tape.entry.tape = tape
+    STATS["tapes_recorded"] += 1
+
+
+def drop(tape, stop: bool = True) -> None:
+    """``tape`` is no longer offered; ``stop``: its entry records no other."""
+    kept = TAPES.get(tape.first)
+    if kept is not None:
+        kept[:] = [t for t in kept if t is not tape]
+        if not kept:
+            del TAPES[tape.first]
+    if tape.entry.tape is tape:
+        tape.entry.tape = False if stop else None
+
+
+def forget(entry) -> None:
+    """An evicted or cleared entry: its tape goes, and it is no longer wanted."""
+    t = entry.tape
+    if t is not None and t.__class__ is not int and t is not False:
+        drop(t, stop=False)
+    entry.tape = None
+    if WANT[0] is entry:
+        WANT[0] = None
+
+
+def clear() -> None:
+    TAPES.clear()
+    WANT[0] = None
+    STATE[0] = None
+
+
+def enabled() -> bool:
+    return ENABLED
+
+
+def set_enabled(on: bool) -> None:
+    """Tape, or not (off: no recording, no replay; the tapes are kept for when it is on again, while
+    ``lf.set_plan_cache(tape=False)`` drops them)."""
+    global ENABLED
+    ENABLED = bool(on)
+    STATE[0] = None
+    WANT[0] = None

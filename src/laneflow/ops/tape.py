@@ -1,0 +1,402 @@
+"""Trace-guided replay, the op side: ``taped(op)`` makes a public op recordable and replayable.
+
+``graph/tape.py`` says when a step is recorded and when a tape is replayed. Here: a recorder runs each
+call as usual and notes it (:class:`Call`); a replayer answers a call that matches the tape's next one
+by making the recorded nodes on the call's arrays, skipping the op's own argument checks and shape and
+dtype inference. A call matches when it is the same op with the same static arguments (equal values of
+the same types, ``-0.0`` apart from ``0.0``), on the same stream, and each array argument is the
+result the tape says (an earlier call's, by identity) or, where the tape has a leaf, an evaluated
+array of the same shape, dtype and device (leaves that were distinct must be distinct again). What an
+op builds depends on nothing else (the ops are pure: random numbers, in-place updates, host reads and
+data-dependent shapes are not taped), so the nodes are those the op would make.
+
+Only top-level calls are taped: an op that calls other ops inside is one call of the tape.
+"""
+
+from __future__ import annotations
+
+from threading import get_ident
+from typing import Any, Callable
+
+from ..array import Array
+from ..defaults import _stack, current_stream
+from ..graph import early as _early
+from ..graph import speculate as _speculate
+from ..graph import tape as _g
+from ..graph import tracer as _tracer
+from ..graph.node import ArrayData
+from . import tape_steps as _steps
+
+_STATE = _g.STATE
+_tracing = _tracer.ACTIVE
+_watch = _speculate.WATCH
+_new = object.__new__
+_MISS = _steps.MISS
+#: nodes one call may make (a call that reaches further back than this is not taped)
+MAX_NODES_PER_CALL = 64
+
+
+def taped(fn: Callable) -> Callable:
+    """``fn``, recorded and replayed by the tape (``graph/tape.py``) when one is active; otherwise one
+    slot read more than calling ``fn``."""
+
+    def op(*args: Any, **kw: Any) -> Any:
+        s = _STATE[0]
+        if s is None:
+            return fn(*args, **kw)
+        return s.call(fn, args, kw)
+
+    op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    op.__module__, op.__wrapped__ = fn.__module__, fn  # type: ignore[attr-defined]
+    return op
+
+
+# -- one recorded call ----------------------------------------------------------------------------------
+
+class Call:
+    """One op call of a tape: the op, its arguments (``names`` of keywords; ``arrays``: (position, ref),
+    ref >= 0 a tape position, < 0 a leaf slot ``-1 - ref``; ``static``: (position, value, how)), the
+    nodes it made (``nodes``: primitive, shape, dtype, stream, input indices into the call's values,
+    sibling group), the values it reads from outside its arguments (``extra``: a tape position, or an
+    evaluated ArrayData held as is), and its result (``outs``: indices into the call's values, or
+    ``-1 - i`` for argument ``i`` itself; ``kind``: None for one array, else tuple or list)."""
+
+    __slots__ = ("fn", "n", "names", "arrays", "static", "nodes", "groups", "extra", "outs", "kind", "stream",
+                 "depth")
+
+
+class Tape:
+    """A recorded step: its calls, the entry it hits, the stream its first call ran on (and how deep in
+    ``lf.stream`` scopes), its leaves as recorded (held) and their metadata."""
+
+    __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses",
+                 "replayer", "steps")
+
+    def __init__(self, calls: list, entry, leaves: list):
+        self.calls, self.entry, self.leaves = calls, entry, leaves
+        self.stream, self.depth = calls[0].stream, calls[0].depth  # (where a replay may begin)
+        self.leaf_meta = [(d.shape, d.dtype, d.device) for d in leaves]
+        self.leaf_ids = frozenset(map(id, leaves))
+        self.first = calls[0].fn
+        self.misses = 0
+        self.replayer = Replayer(self)
+        self.steps = _steps.Steps(self, self.replayer)
+
+
+# -- the three states ---------------------------------------------------------------------------------
+
+class Armed:
+    """After an evaluation: the thread's next op call may start a replay (a tape whose first call it
+    matches, on this stream) or the recording the plan cache asked for."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self, thread: int):
+        self.thread = thread
+
+    def busy(self) -> bool:
+        return False
+
+    def finish(self) -> None:
+        pass
+
+    def hit(self, entry, order: list) -> None:
+        pass
+
+    def call(self, fn: Callable, args: tuple, kw: dict) -> Any:
+        me = get_ident()
+        if me != self.thread:
+            return fn(*args, **kw)
+        _STATE[0] = None
+        if _tracing[0] or _early.EVERY:
+            return fn(*args, **kw)
+        st = current_stream()
+        for t in _g.TAPES.get(fn, ()):
+            if t.stream is st and not st._closed:
+                rp = t.replayer
+                rp.start(me, st)
+                _STATE[0] = rp
+                r = rp.call(fn, args, kw)
+                if r is not _MISS:
+                    rp.probe = False
+                    return r
+                _STATE[0] = None
+        w = _g.WANT[0]
+        if w is not None and w.alive:
+            rec = Recorder(me, w, st)
+            _STATE[0] = rec
+            return rec.call(fn, args, kw)
+        return fn(*args, **kw)
+
+
+class Replayer:
+    """Answers the thread's op calls from a tape while they match it: ``call`` is the compiled step of
+    the tape's next call (``ops/tape_steps.py``), which checks the call and makes its nodes; ``made``:
+    the nodes made so far, by tape position; ``bound``: the array bound to each leaf slot."""
+
+    __slots__ = ("tape", "thread", "st", "stack", "depth", "call", "done", "made", "bound", "bound_ids", "probe",
+                 "ok")
+
+    def __init__(self, tape: Tape):
+        self.tape = tape
+        self.made = self.bound = self.stack = self.call = None
+
+    def start(self, thread: int, st) -> None:
+        """A new replay of the tape, by ``thread`` on the stream ``st`` (its current stream, as the
+        stream scopes of ``thread`` say now: ``stack``, ``depth``)."""
+        self.thread, self.st = thread, st
+        self.stack = _stack()
+        self.depth = len(self.stack)
+        self.made = []
+        self.bound = [None] * len(self.tape.leaves)
+        self.bound_ids = set()
+        self.done = self.ok = False
+        self.probe = True  # while its first call is tried: a mismatch only says "not this tape"
+        self.call = self.tape.steps.first
+
+    def stop(self) -> None:
+        """Let go of the replay's nodes (they hold the step's buffers: a CUDA graph's output set stays
+        busy while anything holds it)."""
+        self.made = self.bound = self.stack = self.call = None
+
+    def busy(self) -> bool:
+        return True
+
+    def bind(self, slot: int, d: ArrayData) -> bool:
+        """Whether ``d`` may be the leaf of ``slot`` (its first use in this replay, ``d`` not the
+        recorded leaf): evaluated, with the recorded metadata, and no other slot's leaf."""
+        shape, dtype, device = self.tape.leaf_meta[slot]
+        if ((d.prim is not None and d.prim.kind != "constant") or d.shape != shape or d.dtype != dtype
+                or d.device is not device):
+            return False
+        i = id(d)
+        if i in self.bound_ids or i in self.tape.leaf_ids:
+            return False
+        self.bound_ids.add(i)
+        return True
+
+    def diverge(self, fn: Callable, args: tuple, kw: dict) -> Any:
+        """The program left the tape: the rest of the step runs as usual (what was made stays)."""
+        if get_ident() != self.thread:
+            return fn(*args, **kw)
+        if self.probe:
+            self.stop()
+            return _MISS
+        _STATE[0] = None
+        _g.STATS["tape_divergences"] += 1
+        self.ok = False
+        self.finish()
+        return fn(*args, **kw)
+
+    def hit(self, entry, order: list) -> None:
+        self.ok = entry is self.tape.entry and self.done
+
+    def finish(self) -> None:
+        t = self.tape
+        self.stop()
+        if self.ok:
+            t.misses = 0
+            _g.STATS["tape_replays"] += 1
+            return
+        t.misses += 1
+        _g.STATS["tape_misses"] += 1
+        if t.misses >= _g.MAX_MISSES:
+            _g.drop(t)
+
+
+class Recorder:
+    """Runs the thread's op calls as usual and notes them, until the evaluation that ends the step (which
+    confirms the tape when it hits the wanted entry with recorded nodes only)."""
+
+    __slots__ = ("thread", "entry", "st", "calls", "pos", "made", "slots", "leaf_meta", "leaves", "tape")
+
+    def __init__(self, thread: int, entry, st):
+        self.thread, self.entry, self.st = thread, entry, st
+        self.calls: list = []
+        self.pos: dict = {}  # id(node) -> tape position (``made`` keeps the nodes, so ids stay theirs)
+        self.made: list = []
+        self.slots: dict = {}  # id(leaf) -> slot
+        self.leaf_meta: list = []
+        self.leaves: list = []
+        self.tape = None
+
+    def busy(self) -> bool:
+        return True
+
+    def call(self, fn: Callable, args: tuple, kw: dict) -> Any:
+        if get_ident() != self.thread:
+            return fn(*args, **kw)
+        note = self._note(fn, args, kw)
+        if note is None:
+            return self.give_up(fn, args, kw)
+        _STATE[0] = None  # calls inside this one are not noted
+        try:
+            r = fn(*args, **kw)
+        except BaseException:
+            if _STATE[0] is None:
+                _STATE[0] = self
+            self.give_up(None, (), {})
+            raise
+        if _STATE[0] is not None or not self._noted(note, r):
+            self.give_up(None, (), {})  # it evaluated something, rebound an argument, or returned no arrays
+            return r
+        _STATE[0] = self
+        return r
+
+    def give_up(self, fn: Callable | None, args: tuple, kw: dict) -> Any:
+        """The step cannot be taped: stop noting (a failed recording for the entry) and run the call."""
+        if _STATE[0] is self:
+            _STATE[0] = None
+        if self.calls is not None:
+            self.calls = None
+            self.made, self.leaves = [], []
+            _failed(self.entry)
+        return fn(*args, **kw) if fn is not None else None
+
+    def _note(self, fn: Callable, args: tuple, kw: dict) -> tuple | None:
+        """The call's arguments as a :class:`Call` records them, or None when it cannot be taped."""
+        if self.calls is None or _tracing[0]:
+            return None
+        names = tuple(kw)
+        vals = args + tuple(kw.values()) if kw else args
+        arrays, static, datas, objs = [], [], [], []
+        for k, v in enumerate(vals):
+            if v.__class__ is Array:
+                d = v._data
+                p = self.pos.get(id(d))
+                if p is None:
+                    if d.prim is not None and d.prim.kind != "constant":
+                        return None  # made outside the taped calls, not evaluated and not host data
+                    s = self.slots.get(id(d))
+                    if s is None:
+                        s = self.slots[id(d)] = len(self.leaf_meta)
+                        self.leaf_meta.append((d.shape, d.dtype, d.device))
+                        self.leaves.append(d)
+                    p = -1 - s
+                arrays.append((k, p))
+                datas.append(d)
+                objs.append(v)
+            else:
+                how = _steps.plain(v)
+                if not how:
+                    return None
+                static.append((k, v, how))
+        return fn, names, vals, arrays, static, datas, objs
+
+    def _noted(self, note: tuple, r: Any) -> bool:
+        fn, names, vals, arrays, static, datas, objs = note
+        if any(o._data is not d for o, d in zip(objs, datas)):
+            return False  # an argument was rebound
+        if r.__class__ is Array:
+            kind, rs = None, [r]
+        elif r.__class__ in (tuple, list) and r and all(x.__class__ is Array for x in r):
+            kind, rs = r.__class__, list(r)
+        else:
+            return False
+        index = {}
+        for k, d in enumerate(datas):
+            index.setdefault(id(d), k)
+        extra, new = self._reach([x._data for x in rs], index)
+        if new is None:
+            return False
+        env_n = len(datas)
+        for x in extra:
+            index[id(x)] = env_n
+            env_n += 1
+        c = Call()
+        c.fn, c.names, c.n, c.arrays, c.static = fn, names, len(vals), arrays, static
+        c.stream, c.depth = current_stream(), len(_stack())  # (what the op's stream=None means here)
+        c.extra = [self.pos[id(x)] if x.prim is not None else x for x in extra]
+        c.nodes, groups = [], {}
+        for d in new:
+            index[id(d)] = env_n
+            env_n += 1
+            prim = d.prim
+            if prim.kind == "constant":  # host data: its upload lets go of it, so each replay gets a copy
+                prim = _steps.HostData(prim.value, prim.name)
+            c.nodes.append((prim, d.shape, d.dtype, d.stream, [index[id(i)] for i in d.inputs]))
+            if d.siblings is not None:
+                groups.setdefault(id(d.siblings), []).append(index[id(d)])
+        c.groups = list(groups.values())
+        outs = []
+        for x in rs:
+            for k, o in enumerate(vals):
+                if x is o:
+                    outs.append(-1 - k)
+                    break
+            else:
+                outs.append(index[id(x._data)])
+        c.outs, c.kind = outs, kind
+        for d in new:
+            self.pos[id(d)] = len(self.made)
+            self.made.append(d)
+        self.calls.append(c)
+        return True
+
+    def _reach(self, outs: list, index: dict) -> tuple:
+        """The nodes the call made (pending values its results reach, not its arguments and not made
+        by an earlier call), inputs first, and the values outside its arguments they read (earlier
+        calls' nodes, evaluated arrays); (None, None) when that is more than a call may make."""
+        new, extra, seen = [], [], set(index)
+        stack = [(d, False) for d in reversed(outs)]
+        while stack:
+            d, done = stack.pop()
+            if done:
+                new.append(d)
+                continue
+            if id(d) in seen:
+                continue
+            seen.add(id(d))
+            if d.prim is None or id(d) in self.pos:
+                extra.append(d)
+                continue
+            if len(new) + len(stack) > MAX_NODES_PER_CALL:
+                return None, None
+            group = d.siblings or (d,)
+            for g in group:  # siblings are made together: all of them are the call's
+                if g is not d:
+                    seen.add(id(g))
+            stack.append((d, True))
+            for g in group:
+                if g is not d:
+                    stack.append((g, True))
+            for g in group:
+                for i in reversed(g.inputs):
+                    if id(i) not in seen:
+                        stack.append((i, False))
+        return extra, new
+
+    def hit(self, entry, order: list) -> None:
+        """The evaluation ending the recording hits ``entry``: the tape is ``entry``'s if its graph is
+        made of recorded nodes only (the wanted entry, or another without a tape: a program that
+        evaluates several times a step records one piece at a time)."""
+        t = entry.tape
+        if self.calls and entry.alive and (t is None or t.__class__ is int):
+            pos = self.pos
+            if all(id(d) in pos for d in order):
+                self.tape = Tape(self.calls, entry, self.leaves)
+
+    def finish(self) -> None:
+        e = self.entry
+        if self.calls is None:
+            return  # given up (and counted) already
+        t = self.tape
+        if t is not None and t.entry.alive and (t.entry.tape is None or t.entry.tape.__class__ is int):
+            if _g.WANT[0] is t.entry:
+                _g.WANT[0] = None
+            _g.file(t)
+        else:
+            _failed(e)
+        self.calls = None
+        self.made, self.leaves = [], []
+
+
+def _failed(entry) -> None:
+    """A recording of ``entry``'s step that gave no tape: after MAX_MISSES of them the entry stops asking."""
+    if _g.WANT[0] is entry:
+        _g.WANT[0] = None
+    if entry.tape is None or entry.tape.__class__ is int:
+        entry.tape = (entry.tape or 0) + 1
+
+
+_g.ARM[0] = Armed

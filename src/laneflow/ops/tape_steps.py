@@ -1,0 +1,232 @@
+"""A tape's calls compiled to Python functions, one per call (``ops/tape.py`` records, this replays).
+
+Replaying a recorded call interpreted, reading its record (which arguments are arrays, where they come
+from, which are static, what nodes to make), cost as much as the op it skips: GPT-2 small's ops are
+already about 1.5 us a call. So each call of a tape becomes one function, written out as source when
+the tape is confirmed: its checks unrolled (this op, these positional and keyword arguments, this
+thread and stream, each array the recorded result or a leaf, each static argument equal and of the same
+classes), then its nodes made with their primitives, shapes and dtypes as constants, then the result.
+A step function ends by making the next call's function the replayer's ``call``; a check that fails
+hands the call to ``Replayer.diverge`` (the op then runs as usual).
+
+The source of every function is kept (``Steps.source``) for reading and for the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from threading import get_ident
+from types import EllipsisType
+from typing import Any
+
+import numpy as np
+
+from ..array import Array
+from ..defaults import Stream, current_stream
+from ..device import Device
+from ..graph import speculate as _speculate
+from ..graph import tracer as _tracer
+from ..graph.node import ArrayData, multi_output
+from .primitives import Constant
+
+#: a step's answer while a replay is probed (its first call tried): the call is not this tape's
+MISS = object()
+
+_SCALARS = (type(None), bool, int, str, EllipsisType, np.dtype, Stream, Device)
+_FLAT = (type(None), bool, int, str, EllipsisType)
+_SINGLETONS = (None, Ellipsis, True, False)
+
+
+def plain(v: Any) -> int:
+    """How a static argument is compared at replay: 1 equal value and class, 2 a tuple of plain scalars
+    (equal, and each element of the same class), 3 element by element (:func:`same`); 0: not static
+    data the tape can compare (an array-like, an object of a user's)."""
+    c = v.__class__
+    if c in _SCALARS or isinstance(v, (np.dtype, Stream, Device)) or c is type:
+        return 1
+    if c is float or isinstance(v, np.generic):
+        return 3
+    if c is tuple or c is list:
+        kinds = [plain(x) for x in v]
+        if 0 in kinds:
+            return 0
+        return 2 if c is tuple and all(k == 1 and x.__class__ in _FLAT for k, x in zip(kinds, v)) else 3
+    if c is slice:
+        return 3 if plain(v.start) and plain(v.stop) and plain(v.step) else 0
+    return 0
+
+
+def same(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same static argument: same classes throughout, equal values, floats equal
+    bit for bit up to NaN payloads (``-0.0`` is not ``0.0``)."""
+    c = a.__class__
+    if c is not b.__class__:
+        return False
+    if c is tuple or c is list:
+        return len(a) == len(b) and all(map(same, a, b))
+    if c is slice:
+        return same(a.start, b.start) and same(a.stop, b.stop) and same(a.step, b.step)
+    if c is float or isinstance(a, np.floating):
+        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    return bool(a == b)
+
+
+class HostData:
+    """A recorded node's host data (a ``Constant``, which its upload empties): each replay makes its
+    primitive anew from a copy (a CPU buffer may be the copy itself, and be written in place)."""
+
+    __slots__ = ("value", "name")
+
+    def __init__(self, value: np.ndarray, name: str):
+        self.value, self.name = np.array(value, copy=True), name
+
+    def make(self) -> Constant:
+        return Constant(self.value.copy(), self.name)
+
+
+class Steps:
+    """The compiled calls of one tape, each a function made by a factory of its call's shape (the source
+    with every number and object a parameter, so GPT-2 small's 308 calls need about 15 compiles, kept
+    in :data:`_FACTORIES` for every tape); ``first`` is the first call's function. They read the
+    replay's state from the tape's one :class:`~laneflow.ops.tape.Replayer` (one replay of a tape runs
+    at a time: the tape state is one slot)."""
+
+    __slots__ = ("funcs", "first")
+
+    def __init__(self, tape, rp) -> None:
+        first_use: set = set()
+        shapes = []
+        watched = False
+        for c in tape.calls:
+            watch = not watched and bool(c.nodes)
+            watched = watched or watch
+            shapes.append(_source(c, tape, first_use, watch))
+        funcs: list = [None] * len(shapes)
+        nxt = None
+        for i in range(len(shapes) - 1, -1, -1):
+            src, consts = shapes[i]
+            f = _FACTORIES.get(src)
+            if f is None:
+                f = _factory(src)
+            funcs[i] = nxt = f(rp, nxt, *consts)
+        self.funcs, self.first = funcs, funcs[0]
+
+    @staticmethod
+    def source(tape, k: int) -> str:
+        """The source of the factory of the tape's call ``k`` (for reading, and the tests)."""
+        return _source(tape.calls[k], tape, set(), k == 0)[0]
+
+
+#: factory source -> the compiled factory
+_FACTORIES: dict = {}
+_GLOBALS = {"A": Array, "AD": ArrayData, "NEW": object.__new__, "MO": multi_output, "SAME": same,
+            "TR": _tracer.ACTIVE, "W": _speculate.WATCH, "FIRST": _speculate.first_node, "CS": current_stream,
+            "MISS": MISS, "gi": get_ident}
+
+
+def _factory(src: str):
+    ns: dict = {}
+    exec(compile(src, "<tape step>", "exec"), _GLOBALS, ns)  # noqa: S102 - source made here, from constants' names
+    f = ns["factory"]
+    if len(_FACTORIES) < 4096:
+        _FACTORIES[src] = f
+    return f
+
+
+def _source(c, tape, first_use: set, watch: bool) -> tuple:
+    """The source of call ``c``'s factory, ``factory(R, NEXT, k0, k1, ...)`` (``R``: the replayer; NEXT:
+    the next call's function, None after the last), and the constants ``k0, k1, ...``."""
+    consts: list = []
+
+    def const(v: Any) -> str:
+        consts.append(v)
+        return f"k{len(consts) - 1}"
+
+    out = ["    def s(fn, args, kw):"]
+    npos = c.n - len(c.names)
+    fail = "return R.diverge(fn, args, kw)"
+    kwcheck = "kw" if not c.names else f"len(kw) != {len(c.names)}"
+    if c.stream is tape.stream and c.depth == tape.depth:  # the stream the step began on: read off its scopes
+        where = "len(R.stack) != R.depth or (R.stack[-1] if R.depth else CS()) is not R.st"
+    else:
+        where = f"CS() is not {const(c.stream)}"
+    out.append(f"        if (fn is not {const(c.fn)} or len(args) != {npos} or {kwcheck} or gi() != R.thread or TR[0]"
+               f" or {where}):")
+    out.append(f"            {fail}")
+    if npos == 1:
+        out.append("        v0, = args")
+    elif npos:
+        out.append(f"        {', '.join(f'v{k}' for k in range(npos))} = args")
+    for j, name in enumerate(c.names):
+        out.append(f"        v{npos + j} = kw.get({const(name)}, MISS)")
+    if c.arrays or c.extra or c.nodes:
+        out.append("        M = R.made")
+    env, conds, firsts = [], [], []
+    for j, (pos, ref) in enumerate(c.arrays):
+        out.append(f"        if v{pos}.__class__ is not A:")
+        out.append(f"            {fail}")
+        out.append(f"        e{j} = v{pos}._data")
+        if ref >= 0:
+            conds.append(f"e{j} is not M[{const(ref)}]")
+        else:
+            slot = -1 - ref
+            if slot in first_use:
+                conds.append(f"e{j} is not R.bound[{const(slot)}]")
+            else:
+                first_use.add(slot)
+                k = const(slot)
+                firsts.append((j, k))
+                conds.append(f"(e{j} is not R.tape.leaves[{k}] and not R.bind({k}, e{j}))")
+        env.append(f"e{j}")
+    for pos, v, how in c.static:
+        x = f"v{pos}"
+        if how == 1 and any(v is s for s in _SINGLETONS):
+            conds.append(f"{x} is not {v!r}")
+        elif how == 1:
+            conds.append(f"({x}.__class__ is not {const(v.__class__)} or {x} != {const(v)})")
+        elif how == 2:
+            types = "".join(f" or {x}[{m}].__class__ is not {const(e.__class__)}" for m, e in enumerate(v))
+            conds.append(f"({x}.__class__ is not tuple or {x} != {const(v)}{types})")
+        else:
+            conds.append(f"not SAME({x}, {const(v)})")
+    if conds:
+        out.append(f"        if {' or '.join(conds)}:")
+        out.append(f"            {fail}")
+    for j, k in firsts:
+        out.append(f"        R.bound[{k}] = e{j}")
+    for t, x in enumerate(c.extra):
+        out.append(f"        x{t} = M[{const(x)}]" if x.__class__ is int else f"        x{t} = {const(x)}")
+        env.append(f"x{t}")
+    for j, (prim, shape, dtype, stream, ins) in enumerate(c.nodes):
+        args = "".join(f"{env[k]}, " for k in ins)
+        p = f"{const(prim)}.make()" if prim.__class__ is HostData else const(prim)
+        out.append(f"        n{j} = AD({const(shape)}, {const(dtype)}, {const(stream)}, {p}, ({args}))")
+        out.append(f"        M.append(n{j})")
+        env.append(f"n{j}")
+    for g in c.groups:
+        out.append(f"        MO([{', '.join(env[k] for k in g)}])")
+    if watch:
+        out.append("        if W[0]:")
+        out.append("            FIRST(n0)")
+    results = []
+    for m, k in enumerate(c.outs):
+        if k < 0:
+            results.append(f"v{-1 - k}")
+            continue
+        out.append(f"        r{m} = NEW(A)")
+        out.append(f"        r{m}._data = {env[k]}")
+        out.append(f"        {env[k]}.arrays += 1")
+        results.append(f"r{m}")
+    out.append("        if NEXT is None:")
+    out.append("            R.done = True")
+    out.append("            R.call = R.diverge")
+    out.append("        else:")
+    out.append("            R.call = NEXT")
+    if c.kind is None:
+        out.append(f"        return {results[0]}")
+    elif c.kind is tuple:
+        out.append(f"        return ({''.join(r + ', ' for r in results)})")
+    else:
+        out.append(f"        return [{', '.join(results)}]")
+    params = "".join(f", k{m}" for m in range(len(consts)))
+    return "\n".join([f"def factory(R, NEXT{params}):", *out, "    return s", ""]), consts

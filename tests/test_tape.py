@@ -1,0 +1,292 @@
+"""Trace-guided replay (``graph/tape.py``, ``ops/tape.py``): a repeated step is recorded once as its op
+calls, and later steps answer each matching call with the recorded nodes. Every case checks values
+against numpy (or the same program with the tape off); the counters say whether a step was replayed,
+left the tape (a divergence) or missed."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+from laneflow.graph import eval_cache, tape
+
+
+@pytest.fixture
+def taping(device):
+    eval_cache.clear()
+    lf.set_plan_cache(tape=True)
+    yield device
+    eval_cache.clear()
+
+
+def _stats() -> dict:
+    return {k: tape.STATS[k] for k in tape.STATS}
+
+
+def _delta(before: dict) -> dict:
+    return {k: tape.STATS[k] - before[k] for k in tape.STATS}
+
+
+def _forward(x, ws, scale=0.5, shape=None, xp=lf):
+    h = xp.tanh(x @ ws[0])
+    for w in ws[1:]:
+        h = h + scale * xp.tanh(h @ w)
+    if shape is not None:
+        h = h.reshape(shape)
+    return h[..., :5].sum(axis=-1)
+
+
+def _np_forward(x, ws, **kw):
+    return _forward(x, ws, xp=np, **kw)
+
+
+def _setup(rng, device, layers=3):
+    st = lf.new_stream(device, lanes=2)
+    wn = [rng.standard_normal((8, 8)) * 0.3 for _ in range(layers)]
+    ws = [lf.array(w, stream=st) for w in wn]
+    lf.eval(*ws)
+    return st, ws, wn
+
+
+def _step(st, xn, ws, **kw):
+    x = lf.array(xn, stream=st)
+    lf.eval(x)
+    with lf.stream(st):
+        y = _forward(x, ws, **kw)
+    lf.eval(y)
+    return np.asarray(y)
+
+
+def test_a_repeated_step_is_recorded_then_replayed_with_new_inputs(taping):
+    rng = np.random.default_rng(0)
+    st, ws, wn = _setup(rng, taping)
+    before = _stats()
+    for k in range(8):
+        xn = rng.standard_normal((3, 8))
+        np.testing.assert_allclose(_step(st, xn, ws), _np_forward(xn, wn), rtol=1e-12, atol=1e-12)
+    d = _delta(before)
+    assert d["tapes_recorded"] == 1 and d["tape_replays"] >= 3, d
+    assert d["tape_divergences"] == 0 and d["tape_misses"] == 0, d
+    assert lf.plan_cache_info()["tapes"] == 1
+
+
+def test_the_tape_is_off_when_asked(taping):
+    rng = np.random.default_rng(1)
+    st, ws, wn = _setup(rng, taping)
+    lf.set_plan_cache(tape=False)
+    try:
+        before = _stats()
+        for _ in range(6):
+            xn = rng.standard_normal((3, 8))
+            np.testing.assert_allclose(_step(st, xn, ws), _np_forward(xn, wn), rtol=1e-12, atol=1e-12)
+        assert _delta(before)["tape_replays"] == 0 and lf.plan_cache_info()["tape"] is False
+    finally:
+        lf.set_plan_cache(tape=True)
+
+
+def _replaying(rng, device, **kw):
+    """A step replayed from its tape at least once."""
+    st, ws, wn = _setup(rng, device)
+    for _ in range(6):
+        _step(st, rng.standard_normal((3, 8)), ws, **kw)
+    assert tape.STATS["tape_replays"] > 0
+    return st, ws, wn
+
+
+@pytest.mark.parametrize("change", [{"scale": 0.25}, {"shape": (3, 2, 4)}])  # a static float, a static tuple
+def test_a_changed_static_argument_leaves_the_tape_and_gives_the_new_result(taping, change):
+    rng = np.random.default_rng(2)
+    st, ws, wn = _replaying(rng, taping)
+    before = _stats()
+    xn = rng.standard_normal((3, 8))
+    np.testing.assert_allclose(_step(st, xn, ws, **change), _np_forward(xn, wn, **change), rtol=1e-12, atol=1e-12)
+    assert _delta(before)["tape_divergences"] == 1
+
+
+def test_minus_zero_is_not_the_zero_the_tape_has(taping):
+    st = lf.new_stream(taping, lanes=1)
+
+    def step(s):
+        x = lf.array(np.ones(3), stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.tanh(x) * s
+        lf.eval(y)
+        return np.asarray(y)
+
+    for _ in range(6):
+        assert not np.signbit(step(0.0)).any()
+    before = _stats()
+    assert np.signbit(step(-0.0)).all()
+    assert _delta(before)["tape_divergences"] == 1
+
+
+def test_an_int_where_the_tape_has_a_float_is_another_call(taping):
+    rng = np.random.default_rng(3)
+    st, ws, wn = _setup(rng, taping)
+    for _ in range(6):
+        _step(st, rng.standard_normal((3, 8)), ws, scale=1.0)
+    before = _stats()
+    xn = rng.standard_normal((3, 8))
+    np.testing.assert_allclose(_step(st, xn, ws, scale=1), _np_forward(xn, wn, scale=1), rtol=1e-12, atol=1e-12)
+    assert _delta(before)["tape_divergences"] == 1
+
+
+def test_an_array_rebound_in_place_mid_step_leaves_the_tape(taping):
+    rng = np.random.default_rng(4)
+    st, ws, wn = _replaying(rng, taping)
+
+    def step(xn, bump):
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            h = lf.tanh(x @ ws[0])
+            if bump:
+                h += 1.0  # rebinds h: the next call's argument is not the tape's
+            h = h + 0.5 * lf.tanh(h @ ws[1])
+            y = h.sum(axis=-1)
+        lf.eval(y)
+        return np.asarray(y)
+
+    def ref(xn, bump):
+        h = np.tanh(xn @ wn[0]) + (1.0 if bump else 0.0)
+        return (h + 0.5 * np.tanh(h @ wn[1])).sum(axis=-1)
+
+    for _ in range(6):
+        xn = rng.standard_normal((3, 8))
+        np.testing.assert_allclose(step(xn, False), ref(xn, False), rtol=1e-12)
+    before = _stats()
+    xn = rng.standard_normal((3, 8))
+    np.testing.assert_allclose(step(xn, True), ref(xn, True), rtol=1e-12)
+    assert _delta(before)["tape_divergences"] == 1
+    xn = rng.standard_normal((3, 8))
+    np.testing.assert_allclose(step(xn, False), ref(xn, False), rtol=1e-12)
+
+
+def test_one_array_for_two_leaves_the_tape_had_apart_is_not_replayed(taping):
+    rng = np.random.default_rng(5)
+    st = lf.new_stream(taping, lanes=1)
+
+    def step(a, b):
+        with lf.stream(st):
+            y = (a - b) * 2.0 + a
+        lf.eval(y)
+        return np.asarray(y)
+
+    for _ in range(6):
+        an, bn = rng.standard_normal(4), rng.standard_normal(4)
+        a, b = lf.array(an, stream=st), lf.array(bn, stream=st)
+        lf.eval(a, b)
+        np.testing.assert_allclose(step(a, b), (an - bn) * 2.0 + an)
+    an = rng.standard_normal(4)
+    a = lf.array(an, stream=st)
+    lf.eval(a)
+    np.testing.assert_allclose(step(a, a), an)
+
+
+def test_a_stream_changed_mid_step_leaves_the_tape_and_the_nodes_follow_it(taping):
+    rng = np.random.default_rng(6)
+    st, ws, wn = _replaying(rng, taping)
+    other = lf.new_stream(taping, lanes=1)
+    x = lf.array(rng.standard_normal((3, 8)), stream=st)
+    lf.eval(x)
+    before = _stats()
+    with lf.stream(st):
+        h = lf.tanh(x @ ws[0])
+        with lf.stream(other):
+            g = h + 0.5 * lf.tanh(h @ ws[1])
+    assert g.stream is other
+    lf.eval(g)
+    assert _delta(before)["tape_divergences"] == 1
+
+
+def test_another_threads_ops_during_a_replay_run_as_usual(taping):
+    rng = np.random.default_rng(7)
+    st, ws, wn = _replaying(rng, taping)
+    x = lf.array(rng.standard_normal((3, 8)), stream=st)
+    lf.eval(x)
+    out = {}
+
+    def other():
+        s2 = lf.new_stream(taping, lanes=1)
+        a = lf.array(np.arange(8.0), stream=s2)
+        out["v"] = np.asarray(lf.tanh(a @ lf.array(np.eye(8), stream=s2)) * 2.0)
+
+    before = _stats()
+    with lf.stream(st):
+        h = lf.tanh(x @ ws[0])  # the replay has started on this thread
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        for w in ws[1:]:
+            h = h + 0.5 * lf.tanh(h @ w)
+        y = h[..., :5].sum(axis=-1)
+        del h  # (as in _forward, whose graph the tape's plan has: no array holds the last sum)
+    lf.eval(y)
+    np.testing.assert_allclose(out["v"], np.tanh(np.arange(8.0)) * 2.0)
+    np.testing.assert_allclose(np.asarray(y), _np_forward(np.asarray(x), wn), rtol=1e-12)
+    d = _delta(before)
+    assert d["tape_replays"] == 1 and d["tape_divergences"] == 0, d
+
+
+def test_a_replay_does_not_keep_the_steps_values_alive(taping):
+    rng = np.random.default_rng(8)
+    st, ws, wn = _replaying(rng, taping)
+    x = lf.array(rng.standard_normal((3, 8)), stream=st)
+    lf.eval(x)
+    with lf.stream(st):
+        y = _forward(x, ws)
+    lf.eval(y)
+    ref = weakref.ref(y._data)
+    del y
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_call_the_tape_cannot_note_gives_no_tape_and_the_entry_stops_asking(taping):
+    rng = np.random.default_rng(9)
+    st = lf.new_stream(taping, lanes=1)
+    w = lf.array(rng.standard_normal((4, 4)), stream=st)
+    lf.eval(w)
+    before = _stats()
+    for _ in range(10):
+        xn = rng.standard_normal(4)
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.tanh(x @ w) + xn  # a numpy array argument: not static data the tape can compare
+        lf.eval(y)
+        np.testing.assert_allclose(np.asarray(y), np.tanh(xn @ np.asarray(w)) + xn, rtol=1e-12)
+    d = _delta(before)
+    assert d["tapes_recorded"] == 0 and d["tape_replays"] == 0, d
+    assert any(e.tape == tape.MAX_MISSES for e in eval_cache._entries.values())
+
+
+def test_gpt2_small_replayed_from_its_tape_matches_the_untaped_forward(taping):
+    """The yardstick model (lf.nn, a small config): logits equal, bit for bit, with the tape off."""
+    from laneflow.models import gpt2
+
+    cfg = gpt2.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=97, n_positions=32)
+    st = lf.new_stream(taping, lanes=1)
+    params = gpt2.init_params(cfg, seed=0, dtype=lf.float32, device=taping)
+    lf.eval(list(params.values()))
+    rng = np.random.default_rng(10)
+    before = _stats()
+    ids, got = [], []
+    for k in range(7):
+        ids.append(lf.array(rng.integers(0, cfg.vocab_size, (2, 8)), stream=st))
+        with lf.stream(st):
+            got.append(np.asarray(gpt2.forward(params, ids[-1], cfg, gpt2.NN_OPS)))
+    assert _delta(before)["tape_replays"] >= 2
+    lf.set_plan_cache(tape=False)
+    try:
+        for x, g in zip(ids, got):
+            with lf.stream(st):
+                np.testing.assert_array_equal(g, np.asarray(gpt2.forward(params, x, cfg, gpt2.NN_OPS)))
+    finally:
+        lf.set_plan_cache(tape=True)
