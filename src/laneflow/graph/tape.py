@@ -39,12 +39,12 @@ from threading import get_ident
 ENABLED = os.environ.get("LANEFLOW_TAPE", "1") != "0"
 #: misses in a row after which a tape is dropped, and failed recordings after which an entry stops trying
 MAX_MISSES = 3
-#: tapes kept per first op (one model on several streams, or several models)
+#: tapes kept per first op and stream (several models, or one model's variants, on one stream)
 PER_FIRST = 4
 
 #: what the next taped op call does: None (run as usual), an armed marker, a recorder or a replayer
 STATE: list = [None]
-#: first op function -> the tapes that start with it, latest first
+#: (first op function, its stream) -> the tapes that start with it there, latest first
 TAPES: dict = {}
 #: the plan-cache entry whose next step is recorded, or None
 WANT: list = [None]
@@ -82,11 +82,13 @@ def evaluated() -> None:
 
 
 def file(tape) -> None:
-    """A confirmed tape: filed under its first op, latest first."""
-    kept = TAPES.setdefault(tape.first, [])
+    """A confirmed tape: filed under its first op and stream, latest first. One filed beyond
+    :data:`PER_FIRST` there pushes the oldest out, whose entry then records no other (recording
+    again would push another out: each recording costs a step's building twice over)."""
+    kept = TAPES.setdefault((tape.first, tape.stream), [])
     kept.insert(0, tape)
     for old in kept[PER_FIRST:]:
-        old.entry.tape = None
+        old.entry.tape = False
     del kept[PER_FIRST:]
     tape.entry.tape = tape
     STATS["tapes_recorded"] += 1
@@ -94,11 +96,12 @@ def file(tape) -> None:
 
 def drop(tape, stop: bool = True) -> None:
     """``tape`` is no longer offered; ``stop``: its entry records no other."""
-    kept = TAPES.get(tape.first)
+    key = (tape.first, tape.stream)
+    kept = TAPES.get(key)
     if kept is not None:
         kept[:] = [t for t in kept if t is not tape]
         if not kept:
-            del TAPES[tape.first]
+            del TAPES[key]
     if tape.entry.tape is tape:
         tape.entry.tape = False if stop else None
 
@@ -128,5 +131,7 @@ def set_enabled(on: bool) -> None:
     ``lf.set_plan_cache(tape=False)`` drops them)."""
     global ENABLED
     ENABLED = bool(on)
-    STATE[0] = None
-    WANT[0] = None
+    if not ENABLED:
+        STATE[0] = None
+    elif STATE[0] is None and (TAPES or WANT[0] is not None) and ARM[0] is not None:
+        STATE[0] = ARM[0](get_ident())  # the next op call may start a replay, as after an evaluation

@@ -111,8 +111,8 @@ class Armed:
         if _tracing[0] or _early.EVERY:
             return fn(*args, **kw)
         st = current_stream()
-        for t in _g.TAPES.get(fn, ()):
-            if t.stream is st and not st._closed:
+        for t in _g.TAPES.get((fn, st), ()):
+            if not st._closed:
                 rp = t.replayer
                 rp.start(me, st)
                 _STATE[0] = rp
@@ -123,7 +123,7 @@ class Armed:
                 _STATE[0] = None
         w = _g.WANT[0]
         if w is not None and w.alive:
-            rec = Recorder(me, w, st)
+            rec = Recorder(me, w)
             _STATE[0] = rec
             return rec.call(fn, args, kw)
         return fn(*args, **kw)
@@ -206,12 +206,15 @@ class Replayer:
 
 class Recorder:
     """Runs the thread's op calls as usual and notes them, until the evaluation that ends the step (which
-    confirms the tape when it hits the wanted entry with recorded nodes only)."""
+    confirms the tape when it hits an entry without one with recorded nodes only)."""
 
-    __slots__ = ("thread", "entry", "st", "calls", "pos", "made", "slots", "leaf_meta", "leaves", "tape")
+    __slots__ = ("thread", "entry", "calls", "pos", "made", "slots", "leaf_meta", "leaves", "tape", "ours")
 
-    def __init__(self, thread: int, entry, st):
-        self.thread, self.entry, self.st = thread, entry, st
+    def __init__(self, thread: int, entry):
+        self.thread, self.entry = thread, entry
+        # whether the step works on the entry's stream: a recording that gives no tape counts against
+        # the entry only then (another program's step, say one that bypasses the cache, may come first)
+        self.ours = False
         self.calls: list = []
         self.pos: dict = {}  # id(node) -> tape position (``made`` keeps the nodes, so ids stay theirs)
         self.made: list = []
@@ -250,7 +253,8 @@ class Recorder:
         if self.calls is not None:
             self.calls = None
             self.made, self.leaves = [], []
-            _failed(self.entry)
+            if self.ours:
+                _failed(self.entry)
         return fn(*args, **kw) if fn is not None else None
 
     def _note(self, fn: Callable, args: tuple, kw: dict) -> tuple | None:
@@ -330,6 +334,8 @@ class Recorder:
         for d in new:
             self.pos[id(d)] = len(self.made)
             self.made.append(d)
+            if d.stream is self.entry.stream:
+                self.ours = True
         self.calls.append(c)
         return True
 
@@ -385,7 +391,7 @@ class Recorder:
             if _g.WANT[0] is t.entry:
                 _g.WANT[0] = None
             _g.file(t)
-        else:
+        elif self.ours:
             _failed(e)
         self.calls = None
         self.made, self.leaves = [], []

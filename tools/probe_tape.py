@@ -1,0 +1,92 @@
+"""What trace-guided replay (graph/tape.py) gains on GPT-2 small's cached eager forward, A/B in one
+process: rounds take turns between the tape on and paused, each round ``--steps`` forwards, timed on the
+host as the split of building the graph and ``lf.eval`` (medians over all rounds), then cProfile of the
+evaluations with the tape on and off (``--profile``).
+
+    python tools/probe_tape.py [--device gpu] [--batch 1] [--rounds 6] [--steps 20] [--plain] [--profile]
+"""
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import laneflow as lf  # noqa: E402
+from laneflow.graph import tape  # noqa: E402
+from laneflow.models import gpt2  # noqa: E402
+
+
+def arg(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def main() -> None:
+    if "--fake" in sys.argv:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import fake_driver
+
+        fake_driver.install()
+    dev = lf.Device(arg("--device", "gpu"))
+    batch, rounds, steps = int(arg("--batch", "1")), int(arg("--rounds", "6")), int(arg("--steps", "20"))
+    ops = gpt2.LANEFLOW_OPS if "--plain" in sys.argv else gpt2.NN_OPS
+    cfg = gpt2.GPT2Config()
+    st = lf.new_stream(dev, lanes=1)
+    params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16 if dev.type == "gpu" else lf.float32, device=dev)
+    lf.eval(list(params.values()))
+    ids = lf.array(np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, 16)), stream=st)
+    lf.eval(ids)
+    times: dict = {True: ([], []), False: ([], [])}
+
+    def forward(on: bool, record: bool = True) -> None:
+        t0 = time.perf_counter()
+        with lf.stream(st):
+            y = gpt2.forward(params, ids, cfg, ops)
+        t1 = time.perf_counter()
+        lf.eval(y)
+        t2 = time.perf_counter()
+        st.synchronize()
+        if record:
+            times[on][0].append(t1 - t0)
+            times[on][1].append(t2 - t1)
+
+    for _ in range(8):
+        forward(True, record=False)
+    for r in range(rounds):
+        for on in (True, False):
+            tape.set_enabled(on)
+            for k in range(steps):
+                forward(on, record=k >= 2)
+    tape.set_enabled(True)
+    print(f"GPT-2 small {'plain' if ops is gpt2.LANEFLOW_OPS else 'lf.nn'} eager on {dev}, B={batch}: medians of "
+          f"{rounds} rounds x {steps} forwards; {tape.STATS}")
+    for on in (True, False):
+        b, e = times[on]
+        print(f"  tape {'on ' if on else 'off'}: build {statistics.median(b) * 1e6:7.0f} us   "
+              f"eval {statistics.median(e) * 1e6:7.0f} us")
+    if "--profile" in sys.argv:
+        for on in (True, False):
+            tape.set_enabled(on)
+            for _ in range(3):
+                forward(on, record=False)
+            prof = cProfile.Profile()
+            for _ in range(20):
+                with lf.stream(st):
+                    y = gpt2.forward(params, ids, cfg, ops)
+                prof.enable()
+                lf.eval(y)
+                prof.disable()
+                st.synchronize()
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(14)
+            print(f"== lf.eval, tape {'on' if on else 'off'}, by own time")
+            print("\n".join(s.getvalue().splitlines()[4:]))
+        tape.set_enabled(True)
+
+
+if __name__ == "__main__":
+    main()
