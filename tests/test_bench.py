@@ -91,7 +91,8 @@ def test_interleaved_rows_take_turns_and_one_failing_row_leaves_the_others_runni
              Impl("b", b_run, close=lambda: closed.append("b")),
              Impl("c", lambda: order.append("c") or x + 2, close=lambda: closed.append("c"))]
     a, b, c = run_interleaved(case, impls, repeat=3, warmup=2)
-    assert order == ["a", "a", "b", "b", "c", "c"] + ["a", "b", "c"] + ["a", "b", "c"] + ["a", "c"]
+    # warm-ups, then one sample of each per repeat, each repeat starting one row later (b fails in the second)
+    assert order == ["a", "a", "b", "b", "c", "c"] + ["a", "b", "c"] + ["b", "c", "a"] + ["c", "a"]
     assert a.status == "ok" and len(a.times) == 3
     assert b.status == "error" and "b broke" in b.error
     assert c.status == "mismatch" and len(c.times) == 3   # still checked against the reference

@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
         results.extend(rs)
         if ctx.interleave:
             in_turns.append(name)
-            print(f"bench {name}: rows timed taking turns (one sample of each per repeat; --order sequential: one row at a time)")
+            print(f"bench {name}: rows timed taking turns (one sample of each per repeat, each repeat starting one row later; --order sequential: one row at a time)")
         print_results(name, rs)
     if ctx.floors is not None and ctx.floors.to_json():
         f = ctx.floors.to_json()

@@ -297,9 +297,12 @@ def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s:
 def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
                     floors: Any = None, progress: Callable[[str], None] | None = None) -> list[Result]:
     """Time several impls of one case taking turns: every impl is warmed up, then each repeat takes one
-    sample of every impl in order. Host-bound rows (eager laneflow, eager PyTorch) drift with the
-    machine's load; sampled in turns, each row sees the same drift, so the same run's figures compare.
-    Results come back in ``impls``' order; one impl failing leaves the others running."""
+    sample of every impl, starting one row later each repeat. Host-bound rows (eager laneflow, eager
+    PyTorch) drift with the machine's load; sampled in turns, each row sees the same drift, so the same
+    run's figures compare. The turning start spreads what a row leaves behind for the next one (an
+    uncached laneflow row left the row after it about 40 us more on the CPU, 2026-12-04) over all rows,
+    where a fixed order charged it to one row at every sample. Results come back in ``impls``' order;
+    one impl failing leaves the others running."""
     results, live = [], []
     for impl in impls:
         res = _new_result(case, impl, floors)
@@ -313,8 +316,9 @@ def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int 
             _close(impl)
             if progress is not None:
                 progress(impl.name)
-    for _ in range(repeat):
-        for res, impl, s in live:
+    for k in range(repeat):
+        turn = k % len(live) if live else 0
+        for res, impl, s in live[turn:] + live[:turn]:
             if res.error is not None:
                 continue
             try:
