@@ -278,7 +278,9 @@ def _schedule(roots) -> None:
     """``schedule``'s work, under its lock."""
     PRODUCTS[0] = 0
     if ENABLED and not _bypass[0] and not _building[0]:
-        found = _templates.find(roots)
+        found = _tape.found(roots) if _tape.STATE[0] is not None else None  # (a step replayed whole)
+        if found is None:
+            found = _templates.find(roots)
         if found is not None:
             t, m = found
             _entries.move_to_end(t.entry.key)
@@ -347,7 +349,7 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     entry.hits += 1
     if not EARLY[0]:  # a step taped (graph/tape.py): its recording or replay ends at this hit
         if _tape.STATE[0] is not None:
-            _tape.hit(entry, order)
+            _tape.hit(entry, order, leaves)
         t = entry.tape
         if t is None or t.__class__ is int:
             _tape.want(entry)

@@ -60,12 +60,22 @@ def want(entry) -> None:
         WANT[0] = entry
 
 
-def hit(entry, order: list) -> None:
-    """The evaluation about to run hits ``entry`` with the graph ``order``: a recorder confirms its tape
-    here, a replayer its replay."""
+def hit(entry, order: list, leaves: list) -> None:
+    """The evaluation about to run hits ``entry`` with the graph ``order`` over ``leaves``: a recorder
+    confirms its tape here, a replayer its replay."""
     s = STATE[0]
     if s is not None and s.thread == get_ident():
-        s.hit(entry, order)
+        s.hit(entry, order, leaves)
+
+
+def found(roots) -> tuple | None:
+    """For an evaluation of ``roots`` right after a whole replay: the template of the tape's entry and
+    the graph in its order (``eval_templates.find``'s answer), known from the tape without searching
+    the graph; None when the replay cannot tell (the evaluation then finds its plan as usual)."""
+    s = STATE[0]
+    if s is not None and s.thread == get_ident():
+        return s.found(roots)
+    return None
 
 
 def evaluated() -> None:

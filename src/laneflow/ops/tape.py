@@ -15,6 +15,7 @@ Only top-level calls are taped: an op that calls other ops inside is one call of
 
 from __future__ import annotations
 
+from operator import attrgetter, is_
 from threading import get_ident
 from typing import Any, Callable
 
@@ -32,6 +33,8 @@ _tracing = _tracer.ACTIVE
 _watch = _speculate.WATCH
 _new = object.__new__
 _MISS = _steps.MISS
+_PRIM = attrgetter("prim")
+_COUNTS = attrgetter("users", "arrays")
 #: nodes one call may make (a call that reaches further back than this is not taped)
 MAX_NODES_PER_CALL = 64
 
@@ -70,7 +73,7 @@ class Tape:
     ``lf.stream`` scopes), its leaves as recorded (held) and their metadata."""
 
     __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses",
-                 "replayer", "steps")
+                 "replayer", "steps", "template", "perm", "leaf_refs", "counts")
 
     def __init__(self, calls: list, entry, leaves: list):
         self.calls, self.entry, self.leaves = calls, entry, leaves
@@ -79,6 +82,7 @@ class Tape:
         self.leaf_ids = frozenset(map(id, leaves))
         self.first = calls[0].fn
         self.misses = 0
+        self.template = self.perm = self.leaf_refs = self.counts = None  # (Recorder.hit, Replayer.found)
         self.replayer = Replayer(self)
         self.steps = _steps.Steps(self, self.replayer)
 
@@ -100,8 +104,11 @@ class Armed:
     def finish(self) -> None:
         pass
 
-    def hit(self, entry, order: list) -> None:
+    def hit(self, entry, order: list, leaves: list) -> None:
         pass
+
+    def found(self, roots) -> None:
+        return None
 
     def call(self, fn: Callable, args: tuple, kw: dict) -> Any:
         me = get_ident()
@@ -188,8 +195,32 @@ class Replayer:
         self.finish()
         return fn(*args, **kw)
 
-    def hit(self, entry, order: list) -> None:
+    def hit(self, entry, order: list, leaves: list) -> None:
         self.ok = entry is self.tape.entry and self.done
+
+    def found(self, roots) -> tuple | None:
+        """``eval_templates.find``'s answer for ``roots`` after this whole replay, from the tape: its
+        nodes in the template's order (``tape.perm``), the leaves bound to its slots, with the users and
+        array counts the recorded graph had at its evaluation (which matched the template: the nodes'
+        primitives, shapes, dtypes, streams and inputs are the recorded ones by construction); None
+        when anything differs (an array kept, a node used outside the tape, a leaf not evaluated)."""
+        t = self.tape
+        tpl = t.template
+        if not self.done or tpl is None or tpl is not t.entry.template or not t.entry.alive:
+            return None
+        nodes = list(map(self.made.__getitem__, t.perm))
+        pos = tpl.root_pos
+        if len(roots) != len(pos) or not all(map(is_, roots, map(nodes.__getitem__, pos))):
+            return None
+        bound = self.bound
+        leaves = [bound[x] if x.__class__ is int else x for x in t.leaf_refs]
+        if (list(map(_PRIM, leaves)).count(None) != len(leaves) or len(set(map(id, leaves))) != len(leaves)
+                or list(map(_COUNTS, nodes)) != t.counts):
+            return None
+        scalars: list = []
+        for k in tpl.sc_pos:
+            scalars.extend([x.value for x in nodes[k].prim._ck[1]])
+        return tpl, (nodes, leaves, scalars)
 
     def finish(self) -> None:
         t = self.tape
@@ -225,6 +256,9 @@ class Recorder:
 
     def busy(self) -> bool:
         return True
+
+    def found(self, roots) -> None:
+        return None
 
     def call(self, fn: Callable, args: tuple, kw: dict) -> Any:
         if get_ident() != self.thread:
@@ -372,15 +406,23 @@ class Recorder:
                         stack.append((i, False))
         return extra, new
 
-    def hit(self, entry, order: list) -> None:
+    def hit(self, entry, order: list, leaves: list) -> None:
         """The evaluation ending the recording hits ``entry``: the tape is ``entry``'s if its graph is
         made of recorded nodes only (the wanted entry, or another without a tape: a program that
-        evaluates several times a step records one piece at a time)."""
+        evaluates several times a step records one piece at a time). The tape keeps where the graph's
+        nodes and leaves are (``perm``, ``leaf_refs``: a slot, or the evaluated value itself) and their
+        users and array counts, for a replay's evaluation to skip the template match (``found``)."""
         t = entry.tape
         if self.calls and entry.alive and (t is None or t.__class__ is int):
             pos = self.pos
             if all(id(d) in pos for d in order):
-                self.tape = Tape(self.calls, entry, self.leaves)
+                tape = self.tape = Tape(self.calls, entry, self.leaves)
+                slots = self.slots
+                if entry.template is not None and all(id(d) in slots or d.prim is None for d in leaves):
+                    tape.template = entry.template
+                    tape.perm = [pos[id(d)] for d in order]
+                    tape.leaf_refs = [slots.get(id(d), d) for d in leaves]
+                    tape.counts = list(map(_COUNTS, order))
 
     def finish(self) -> None:
         e = self.entry
