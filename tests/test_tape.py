@@ -316,3 +316,168 @@ def test_a_replay_whose_graph_differs_from_the_tapes_is_not_taken_for_it(taping,
     d = _delta(before)
     assert d["tape_replays"] == 0 and d["tape_misses"] == 1, d
     assert side.shape == (3, 8)
+
+
+def _repeat(device, step, inputs, times=7):
+    """``step(st, *values)`` for the first ``times`` input sets then each later one (the tape is replaying
+    by then); every result returned, with the tape counters over the later ones."""
+    st = lf.new_stream(device, lanes=1)
+    for _ in range(times):
+        step(st, *inputs[0])
+    before = _stats()
+    outs = [step(st, *vals) for vals in inputs]
+    return outs, _delta(before)
+
+
+@pytest.mark.parametrize("op", ["mask", "fill", "repeat"])
+def test_an_op_that_reads_an_arrays_values_is_never_replayed_on_old_values(taping, op):
+    """A boolean mask, a fill value, repeat counts given as evaluated arrays: the op reads their values
+    to build its nodes, so a replay matching them by shape alone would reuse the old values."""
+    rng = np.random.default_rng(12)
+    xn = rng.standard_normal(4)
+
+    def step(st, vn):
+        x = lf.array(xn, stream=st)
+        v = lf.array(vn, stream=st)
+        lf.eval(x, v)
+        with lf.stream(st):
+            if op == "mask":
+                y = lf.tanh(x)[v].sum()
+            elif op == "fill":
+                y = lf.full((4,), v) + lf.tanh(x)
+            else:
+                y = lf.repeat(lf.tanh(x), v)
+        lf.eval(y)
+        return np.asarray(y)
+
+    first, later = {"mask": (np.array([True, False, True, True]), np.array([False, True, False, False])),
+                    "fill": (np.float64(1.0), np.float64(7.0)),
+                    "repeat": (np.array([1, 1, 1, 1]), np.array([2, 0, 1, 3]))}[op]
+    outs, _ = _repeat(taping, step, [(first,), (later,)])
+    t = np.tanh(xn)
+    want = {"mask": lambda m: t[m].sum(), "fill": lambda f: np.full(4, f) + t, "repeat": lambda r: np.repeat(t, r)}[op]
+    np.testing.assert_allclose(outs[0], want(first), rtol=1e-12)
+    np.testing.assert_allclose(outs[1], want(later), rtol=1e-12)
+
+
+def test_a_list_argument_changed_in_place_is_compared_as_it_was(taping):
+    shape = [2, 3]
+    xn = np.arange(6.0)
+
+    def step(st, _):
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.reshape(lf.tanh(x), shape)
+        lf.eval(y)
+        return np.asarray(y)
+
+    st = lf.new_stream(taping, lanes=1)
+    for _ in range(7):
+        step(st, None)
+    shape[0], shape[1] = 3, 2
+    before = _stats()
+    np.testing.assert_allclose(step(st, None), np.tanh(xn).reshape(3, 2))
+    assert _delta(before)["tape_divergences"] == 1
+
+
+def test_complex_minus_zero_is_not_the_zero_the_tape_or_the_plan_has(taping):
+    def step(st, c):
+        x = lf.array(np.full(2, -0.0), stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.full((2,), c) + x
+            z = lf.tanh(x) * 1.0 + c
+        lf.eval(y, z)
+        return np.asarray(y), np.asarray(z)
+
+    cs = [np.complex128(0j), np.complex128(complex(-0.0, -0.0))]
+    outs, _ = _repeat(taping, step, [(c,) for c in cs])
+    x = np.full(2, -0.0)
+    for c, (y, z) in zip(cs, outs):
+        for got, want in ((y, np.full(2, c) + x), (z, np.tanh(x) * 1.0 + c)):
+            np.testing.assert_array_equal(np.signbit(got.real), np.signbit(want.real))
+            np.testing.assert_array_equal(np.signbit(got.imag), np.signbit(want.imag))
+    assert np.signbit(outs[1][0].real).all()  # (the case: -0j must reach the result)
+
+
+def test_an_array_in_an_index_tuple_where_the_tape_has_an_int_runs_as_usual(taping):
+    xn = np.arange(12.0).reshape(3, 4)
+
+    def step(st, idx):
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.tanh(x)[..., idx]
+        lf.eval(y)
+        return np.asarray(y)
+
+    outs, _ = _repeat(taping, step, [(0,), (np.array([0, 2]),), (1,)])
+    np.testing.assert_allclose(outs[1], np.tanh(xn)[..., [0, 2]])
+    np.testing.assert_allclose(outs[2], np.tanh(xn)[..., 1])
+    st = lf.new_stream(taping, lanes=1)
+    a = lf.tanh(lf.array(xn, stream=st))  # the next op call after all that is answered, not MISS
+    assert isinstance(a, lf.Array)
+
+
+def test_a_leaf_used_twice_in_one_call_is_replayed(taping):
+    def step(st, xn):
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.tanh(x * x)
+        lf.eval(y)
+        return np.asarray(y)
+
+    rng = np.random.default_rng(13)
+    ins = [(rng.standard_normal(3),) for _ in range(3)]
+    outs, d = _repeat(taping, step, ins)
+    for (xn,), y in zip(ins, outs):
+        np.testing.assert_allclose(y, np.tanh(xn * xn), rtol=1e-12)
+    assert d["tape_replays"] == 3 and d["tape_divergences"] == 0, d
+
+
+def test_another_thread_evaluating_the_replayed_step_lets_its_values_go(taping):
+    rng = np.random.default_rng(14)
+    st, ws, wn = _replaying(rng, taping)
+    x = lf.array(rng.standard_normal((3, 8)), stream=st)
+    lf.eval(x)
+    with lf.stream(st):
+        y = _forward(x, ws)  # replayed; this thread does not evaluate it
+    t = threading.Thread(target=lambda: lf.eval(y))
+    t.start()
+    t.join()
+    ref = weakref.ref(y._data)
+    del y
+    gc.collect()
+    assert ref() is None
+    before = _stats()
+    _step(st, rng.standard_normal((3, 8)), ws)  # and the tape still serves this thread's next step
+    assert _delta(before)["tape_replays"] == 1
+
+
+def test_two_programs_that_start_alike_do_not_cost_the_first_its_tape(taping):
+    rng = np.random.default_rng(15)
+    st, ws, wn = _setup(rng, taping)
+
+    def other(xn):
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = (lf.tanh(x @ ws[0]) * 3.0).max(axis=-1)  # starts as _forward does
+        lf.eval(y)
+        return np.asarray(y)
+
+    for phase in range(4):
+        before = _stats()
+        for _ in range(8):
+            xn = rng.standard_normal((3, 8))
+            if phase % 2 == 0:
+                np.testing.assert_allclose(_step(st, xn, ws), _np_forward(xn, wn), rtol=1e-12)
+            else:
+                np.testing.assert_allclose(other(xn), (np.tanh(xn @ wn[0]) * 3.0).max(axis=-1), rtol=1e-12)
+        d = _delta(before)
+        if phase % 2:
+            assert d["tape_misses"] == 0, d  # (the other program diverges: not the tape's fault)
+        elif phase:
+            assert d["tape_replays"] >= 7, d

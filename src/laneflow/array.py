@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .graph import eval_cache
+from .graph import tape as _tape
 from .graph import tracer as _tracer
 from .graph import schedule as _sched
 from .graph.node import ArrayData
@@ -100,6 +101,7 @@ class Array:
     def _host(self) -> np.ndarray:
         # Under the scheduling lock, so another thread cannot reuse this buffer in place (x[i] = v)
         # between reading the binding and marking the buffer: the host may hold a view of it.
+        _tape.HOST_READS[0] += 1
         with _sched.LOCK:
             d = self._data
             if d.buffer is None:

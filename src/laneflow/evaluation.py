@@ -123,8 +123,8 @@ def plan_cache_info() -> dict[str, Any]:
     """The plan cache's settings, entries and pinned bytes, and its counters (hits, misses, first
     sightings, bypassed graphs, evictions, executor runs, early launches; speculative launches made,
     taken and dropped: ``speculated``, ``speculation_used``, ``speculation_wasted``; tapes recorded,
-    steps replayed from a tape, replays left mid-step and replays whose evaluation missed the tape's
-    plan: ``tapes_recorded``, ``tape_replays``, ``tape_divergences``, ``tape_misses``; ``tapes`` held)."""
+    steps replayed from a tape, replays left mid-step, and replays that failed their tape's own plan:
+    ``tapes_recorded``, ``tape_replays``, ``tape_divergences``, ``tape_misses``; ``tapes`` held)."""
     with _sched.LOCK:
         return eval_cache.info()
 

@@ -32,20 +32,17 @@ time (``lf.set_plan_cache``), :func:`info` reports it (``lf.plan_cache_info``).
 from __future__ import annotations
 
 import collections
-import math
 import os
 import weakref
 from operator import is_
 from typing import Any
-
-import numpy as np
 
 from ..runtime.lane import not_waiting
 from . import eval_templates as _templates
 from . import schedule as _sched
 from . import speculate as _spec
 from . import tape as _tape
-from .node import ArrayData, LazyData
+from .node import ArrayData, LazyData, same_number
 from .plan import Plan, build_plan, executor, replay_commands
 
 #: Hits before a plan runs as the backend's whole-plan executor (a CUDA graph on the GPU).
@@ -404,13 +401,8 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
 
 def _same_scalars(now: list, then: list | None) -> bool:
     """Whether the scalar values ``now`` are those an executor holds: equal, with the signs of zeros
-    too (``x * -0.0`` is not ``x * 0.0``; lists compare ``-0.0 == 0.0``)."""
-    if now != then:
-        return False
-    for a, b in zip(now, then):
-        if a == 0 and isinstance(a, (float, np.floating)) and math.copysign(1.0, a) != math.copysign(1.0, b):
-            return False
-    return True
+    too (``x * -0.0`` is not ``x * 0.0``; lists compare ``-0.0 == 0.0``, ``-0j == 0j``)."""
+    return now == then and all(map(same_number, now, then))
 
 
 #: executors one plan may have, each reading its own set of leaves in place (below). Each keeps the

@@ -5,6 +5,8 @@ its buffer and the graph behind it can be freed.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -96,6 +98,17 @@ class Primitive:
         return f"{type(self).__name__}({self.name}{', ' if fields else ''}{fields})"
 
 
+def same_number(a: Any, b: Any) -> bool:
+    """Whether two equal numbers are the same value for a kernel: also the signs of zero, in the real
+    and the imaginary part (``-0.0 == 0.0`` and ``-0j == 0j`` in Python; ``x * -0.0`` is not ``x * 0.0``).
+    ``a == b`` is the caller's to check first."""
+    if isinstance(a, (complex, np.complexfloating)):
+        return same_number(a.real, b.real) and same_number(a.imag, b.imag)
+    if a == 0 and isinstance(a, (float, np.floating)):
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return True
+
+
 def _freeze(v: Any) -> Any:
     """A hashable stand-in for a primitive's parameter."""
     c = v.__class__
@@ -109,6 +122,11 @@ def _freeze(v: Any) -> Any:
         return (dict, tuple(sorted((k, _freeze(x)) for k, x in v.items())))
     if c is float:
         return (float, v.hex()) if v == v else (float, "nan")  # -0.0 and 0.0 apart; NaN equal to itself
+    if isinstance(v, (float, complex, np.floating, np.complexfloating)):  # numpy's too: -0j apart from 0j
+        z = complex(v)
+        return (c, _freeze(z.real), _freeze(z.imag))
+    if isinstance(v, np.generic):  # (a key holds no numpy scalar: one compared with a tuple broadcasts)
+        return (c, v.item())
     return v
 
 

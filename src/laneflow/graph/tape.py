@@ -21,12 +21,24 @@ Life of a tape:
 3. **confirm**: the evaluation that ends the step must hit the wanted entry with a graph made only of
    recorded nodes; the tape is then filed under its first op (:data:`TAPES`);
 4. **replay**: after an evaluation, an op call that matches a tape's first call on the same stream
-   starts a replayer; the step's evaluation must hit the tape's entry again, else it is a miss, and
-   :data:`MAX_MISSES` misses in a row drop the tape (the entry does not record again).
+   starts a replayer. A call that does not match leaves the tape (a divergence): the rest of the step
+   runs as usual. A miss is a replay that failed the tape's own plan (the plan hit after a divergence,
+   or a whole replay whose graph was another); :data:`MAX_MISSES` in a row drop the tape (the entry
+   does not record again). A step that diverges into another plan is not a miss: two programs that
+   start alike on one stream keep the first one's tape, and the other runs untaped.
+
+A recorded call that reads an array's values on the host (a boolean mask, a fill value or repeat
+counts given as arrays: :data:`HOST_READS` counts such reads) is not taped, since its nodes depend on
+those values; nor are calls with arguments the tape cannot compare (array-likes, objects of a user's),
+arrays made outside the recorded calls and not evaluated, or ops that evaluate or rebind arguments.
+Static arguments are compared by value and class, with the signs of zero (``-0.0``, ``-0j``), against
+a copy taken at the call (a list changed in place later is another argument).
 
 The state is one slot (:data:`STATE`) that every taped op reads: None (ops run as usual), an armed
 marker (the next op call may start a replay or a recording), a recorder or a replayer. It belongs to
-the thread that evaluated last; op calls of other threads run as usual. Inside ``lf.compile``'s
+the thread that evaluated last; op calls of other threads run as usual, so one thread at a time is
+served. Another thread's evaluation leaves a replay or recording alone, unless it evaluated that
+step's nodes, which ends it (uncounted), letting its values go. Inside ``lf.compile``'s
 tracing, with early launch on (``graph/early.py``), or with ``LANEFLOW_TAPE=0`` /
 ``lf.set_plan_cache(tape=False)``, nothing is taped.
 """
@@ -51,6 +63,9 @@ WANT: list = [None]
 #: makes the armed marker for a thread (``ops/tape.py`` sets it: the marker knows the op layer)
 ARM: list = [None]
 STATS = {"tapes_recorded": 0, "tape_replays": 0, "tape_divergences": 0, "tape_misses": 0}
+#: host reads of array values (``Array._host``): a recorded op that reads values (a boolean mask, a
+#: count) made nodes that depend on them, which its replay would not read again: it is not taped
+HOST_READS = [0]
 
 
 def want(entry) -> None:
@@ -84,9 +99,10 @@ def evaluated() -> None:
     s = STATE[0]
     me = get_ident()
     if s is not None:
-        if s.thread != me and s.busy():
-            return  # another thread is mid-step: leave its replay or recording alone
-        if s.thread == me:
+        if s.thread != me:
+            if s.busy() and not s.abandoned():
+                return  # another thread is mid-step (this evaluation was not its step's): leave it alone
+        else:
             s.finish()
     STATE[0] = ARM[0](me) if ENABLED and (TAPES or WANT[0] is not None) and ARM[0] is not None else None
 

@@ -73,7 +73,7 @@ class Tape:
     ``lf.stream`` scopes), its leaves as recorded (held) and their metadata."""
 
     __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses",
-                 "replayer", "steps", "template", "perm", "leaf_refs", "counts")
+                 "replayer", "steps", "template", "perm", "leaf_refs", "counts", "made")
 
     def __init__(self, calls: list, entry, leaves: list):
         self.calls, self.entry, self.leaves = calls, entry, leaves
@@ -82,7 +82,7 @@ class Tape:
         self.leaf_ids = frozenset(map(id, leaves))
         self.first = calls[0].fn
         self.misses = 0
-        self.template = self.perm = self.leaf_refs = self.counts = None  # (Recorder.hit, Replayer.found)
+        self.template = self.perm = self.leaf_refs = self.counts = self.made = None  # (Recorder.hit, Replayer.found)
         self.replayer = Replayer(self)
         self.steps = _steps.Steps(self, self.replayer)
 
@@ -100,6 +100,9 @@ class Armed:
 
     def busy(self) -> bool:
         return False
+
+    def abandoned(self) -> bool:
+        return True
 
     def finish(self) -> None:
         pass
@@ -123,10 +126,14 @@ class Armed:
                 rp = t.replayer
                 rp.start(me, st)
                 _STATE[0] = rp
-                r = rp.call(fn, args, kw)
+                try:
+                    r = rp.call(fn, args, kw)
+                except Exception:  # noqa: BLE001 - not this tape's call after all: the op says what is wrong
+                    r = _MISS
                 if r is not _MISS:
                     rp.probe = False
                     return r
+                rp.stop()
                 _STATE[0] = None
         w = _g.WANT[0]
         if w is not None and w.alive:
@@ -136,13 +143,17 @@ class Armed:
         return fn(*args, **kw)
 
 
+def _passthrough(fn: Callable, args: tuple, kw: dict) -> Any:
+    return fn(*args, **kw)
+
+
 class Replayer:
     """Answers the thread's op calls from a tape while they match it: ``call`` is the compiled step of
     the tape's next call (``ops/tape_steps.py``), which checks the call and makes its nodes; ``made``:
     the nodes made so far, by tape position; ``bound``: the array bound to each leaf slot."""
 
     __slots__ = ("tape", "thread", "st", "stack", "depth", "call", "done", "made", "bound", "bound_ids", "probe",
-                 "ok")
+                 "ok", "diverged", "own")
 
     def __init__(self, tape: Tape):
         self.tape = tape
@@ -157,7 +168,7 @@ class Replayer:
         self.made = []
         self.bound = [None] * len(self.tape.leaves)
         self.bound_ids = set()
-        self.done = self.ok = False
+        self.done = self.ok = self.diverged = self.own = False
         self.probe = True  # while its first call is tried: a mismatch only says "not this tape"
         self.call = self.tape.steps.first
 
@@ -183,20 +194,32 @@ class Replayer:
         return True
 
     def diverge(self, fn: Callable, args: tuple, kw: dict) -> Any:
-        """The program left the tape: the rest of the step runs as usual (what was made stays)."""
+        """The program left the tape: the rest of the step runs as usual (what was made stays). The
+        replayer stays the state until the step's evaluation, which says whether the tape failed its
+        own plan (a miss) or the step was another program's that starts alike (nothing counted)."""
         if get_ident() != self.thread:
             return fn(*args, **kw)
         if self.probe:
-            self.stop()
             return _MISS
-        _STATE[0] = None
         _g.STATS["tape_divergences"] += 1
-        self.ok = False
-        self.finish()
+        self.diverged = True
+        self.made = self.bound = None
+        self.call = _passthrough
         return fn(*args, **kw)
 
+    def abandoned(self) -> bool:
+        """Another thread evaluated: whether that was this replay's step (its nodes evaluated), which
+        ends the replay uncounted (else it would hold the step's values until this thread evaluates)."""
+        made = self.made
+        if made is not None and not any(d.prim is None for d in made):
+            return False
+        self.stop()
+        return True
+
     def hit(self, entry, order: list, leaves: list) -> None:
-        self.ok = entry is self.tape.entry and self.done
+        if entry is self.tape.entry:
+            self.own = True
+            self.ok = self.done and not self.diverged
 
     def found(self, roots) -> tuple | None:
         """``eval_templates.find``'s answer for ``roots`` after this whole replay, from the tape: its
@@ -206,7 +229,9 @@ class Replayer:
         when anything differs (an array kept, a node used outside the tape, a leaf not evaluated)."""
         t = self.tape
         tpl = t.template
-        if not self.done or tpl is None or tpl is not t.entry.template or not t.entry.alive:
+        if not self.done or self.diverged or tpl is None or tpl is not t.entry.template or not t.entry.alive:
+            return None
+        if len(self.made) != t.made:  # (a node of another thread's, in a race: let the match decide)
             return None
         nodes = list(map(self.made.__getitem__, t.perm))
         pos = tpl.root_pos
@@ -223,11 +248,16 @@ class Replayer:
         return tpl, (nodes, leaves, scalars)
 
     def finish(self) -> None:
+        """At the step's evaluation: a replay that gave the tape's plan its graph; a miss when the tape
+        failed its own plan (the plan hit after a divergence, or a whole replay whose graph was
+        another); nothing when a step that started alike diverged into another plan."""
         t = self.tape
         self.stop()
         if self.ok:
             t.misses = 0
             _g.STATS["tape_replays"] += 1
+            return
+        if not (self.own or (self.done and not self.diverged)):
             return
         t.misses += 1
         _g.STATS["tape_misses"] += 1
@@ -260,6 +290,14 @@ class Recorder:
     def found(self, roots) -> None:
         return None
 
+    def abandoned(self) -> bool:
+        """Another thread evaluated: whether that was this recording's step (then given up, uncounted)."""
+        if self.calls is not None and not any(d.prim is None for d in self.made):
+            return False
+        self.ours = False
+        self.give_up(None, (), {})
+        return True
+
     def call(self, fn: Callable, args: tuple, kw: dict) -> Any:
         if get_ident() != self.thread:
             return fn(*args, **kw)
@@ -267,6 +305,7 @@ class Recorder:
         if note is None:
             return self.give_up(fn, args, kw)
         _STATE[0] = None  # calls inside this one are not noted
+        reads = _g.HOST_READS[0]
         try:
             r = fn(*args, **kw)
         except BaseException:
@@ -274,8 +313,11 @@ class Recorder:
                 _STATE[0] = self
             self.give_up(None, (), {})
             raise
-        if _STATE[0] is not None or not self._noted(note, r):
-            self.give_up(None, (), {})  # it evaluated something, rebound an argument, or returned no arrays
+        if _STATE[0] is not None or _g.HOST_READS[0] != reads or not self._noted(note, r):
+            # it evaluated something or read an array's values (a mask, a count: values the nodes it
+            # made depend on, which a replay would not read again), rebound an argument, or returned
+            # no arrays
+            self.give_up(None, (), {})
             return r
         _STATE[0] = self
         return r
@@ -318,7 +360,7 @@ class Recorder:
                 how = _steps.plain(v)
                 if not how:
                     return None
-                static.append((k, v, how))
+                static.append((k, _steps.snapshot(v), how))
         return fn, names, vals, arrays, static, datas, objs
 
     def _noted(self, note: tuple, r: Any) -> bool:
@@ -419,7 +461,7 @@ class Recorder:
                 tape = self.tape = Tape(self.calls, entry, self.leaves)
                 slots = self.slots
                 if entry.template is not None and all(id(d) in slots or d.prim is None for d in leaves):
-                    tape.template = entry.template
+                    tape.template, tape.made = entry.template, len(self.made)
                     tape.perm = [pos[id(d)] for d in order]
                     tape.leaf_refs = [slots.get(id(d), d) for d in leaves]
                     tape.counts = list(map(_COUNTS, order))

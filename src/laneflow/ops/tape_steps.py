@@ -14,7 +14,6 @@ The source of every function is kept (``Steps.source``) for reading and for the 
 
 from __future__ import annotations
 
-import math
 from threading import get_ident
 from types import EllipsisType
 from typing import Any
@@ -26,7 +25,7 @@ from ..defaults import Stream, current_stream
 from ..device import Device
 from ..graph import speculate as _speculate
 from ..graph import tracer as _tracer
-from ..graph.node import ArrayData, multi_output
+from ..graph.node import ArrayData, multi_output, same_number
 from .primitives import Constant
 
 #: a step's answer while a replay is probed (its first call tried): the call is not this tape's
@@ -44,7 +43,7 @@ def plain(v: Any) -> int:
     c = v.__class__
     if c in _SCALARS or isinstance(v, (np.dtype, Stream, Device)) or c is type:
         return 1
-    if c is float or isinstance(v, np.generic):
+    if c is float or c is complex or isinstance(v, np.generic):
         return 3
     if c is tuple or c is list:
         kinds = [plain(x) for x in v]
@@ -66,9 +65,22 @@ def same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(map(same, a, b))
     if c is slice:
         return same(a.start, b.start) and same(a.stop, b.stop) and same(a.step, b.step)
-    if c is float or isinstance(a, np.floating):
-        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    if c is float or c is complex or isinstance(a, (np.floating, np.complexfloating)):
+        if a != a or b != b:  # NaN: the same when both are (in each part, for complex numbers)
+            return bool(np.isnan(a) == np.isnan(b)) if c is not complex else (
+                same(a.real, b.real) and same(a.imag, b.imag))
+        return bool(a == b) and same_number(a, b)
     return bool(a == b)
+
+
+def snapshot(v: Any) -> Any:
+    """A static argument as it is now (a list the caller may change after the call is copied)."""
+    c = v.__class__
+    if c is list:
+        return [snapshot(x) for x in v]
+    if c is tuple:
+        return tuple([snapshot(x) for x in v])
+    return v
 
 
 class HostData:
@@ -161,7 +173,7 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
         out.append(f"        v{npos + j} = kw.get({const(name)}, MISS)")
     if c.arrays or c.extra or c.nodes:
         out.append("        M = R.made")
-    env, conds, firsts = [], [], []
+    env, conds, firsts, here = [], [], [], {}
     for j, (pos, ref) in enumerate(c.arrays):
         out.append(f"        if v{pos}.__class__ is not A:")
         out.append(f"            {fail}")
@@ -170,13 +182,16 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
             conds.append(f"e{j} is not M[{const(ref)}]")
         else:
             slot = -1 - ref
-            if slot in first_use:
+            if slot in here:  # (the same leaf again in this call: as its first use here)
+                conds.append(f"e{j} is not e{here[slot]}")
+            elif slot in first_use:
                 conds.append(f"e{j} is not R.bound[{const(slot)}]")
             else:
                 first_use.add(slot)
                 k = const(slot)
                 firsts.append((j, k))
                 conds.append(f"(e{j} is not R.tape.leaves[{k}] and not R.bind({k}, e{j}))")
+            here.setdefault(slot, j)
         env.append(f"e{j}")
     for pos, v, how in c.static:
         x = f"v{pos}"
@@ -184,9 +199,9 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
             conds.append(f"{x} is not {v!r}")
         elif how == 1:
             conds.append(f"({x}.__class__ is not {const(v.__class__)} or {x} != {const(v)})")
-        elif how == 2:
+        elif how == 2:  # (classes first: an element may be an array, whose != is elementwise)
             types = "".join(f" or {x}[{m}].__class__ is not {const(e.__class__)}" for m, e in enumerate(v))
-            conds.append(f"({x}.__class__ is not tuple or {x} != {const(v)}{types})")
+            conds.append(f"({x}.__class__ is not tuple or len({x}) != {len(v)}{types} or {x} != {const(v)})")
         else:
             conds.append(f"not SAME({x}, {const(v)})")
     if conds:
