@@ -89,6 +89,14 @@ def test_the_tape_is_off_when_asked(taping):
         lf.set_plan_cache(tape=True)
 
 
+def _built(rng, st, ws):
+    """The step's graph on a new evaluated input, built (replayed) and not evaluated."""
+    x = lf.array(rng.standard_normal((3, 8)), stream=st)
+    lf.eval(x)
+    with lf.stream(st):
+        return _forward(x, ws)
+
+
 def _replaying(rng, device, **kw):
     """A step replayed from its tape at least once."""
     st, ws, wn = _setup(rng, device)
@@ -237,10 +245,7 @@ def test_another_threads_ops_during_a_replay_run_as_usual(taping):
 def test_a_replay_does_not_keep_the_steps_values_alive(taping):
     rng = np.random.default_rng(8)
     st, ws, wn = _replaying(rng, taping)
-    x = lf.array(rng.standard_normal((3, 8)), stream=st)
-    lf.eval(x)
-    with lf.stream(st):
-        y = _forward(x, ws)
+    y = _built(rng, st, ws)
     lf.eval(y)
     ref = weakref.ref(y._data)
     del y
@@ -440,10 +445,7 @@ def test_a_leaf_used_twice_in_one_call_is_replayed(taping):
 def test_another_thread_evaluating_the_replayed_step_lets_its_values_go(taping):
     rng = np.random.default_rng(14)
     st, ws, wn = _replaying(rng, taping)
-    x = lf.array(rng.standard_normal((3, 8)), stream=st)
-    lf.eval(x)
-    with lf.stream(st):
-        y = _forward(x, ws)  # replayed; this thread does not evaluate it
+    y = _built(rng, st, ws)  # replayed; this thread does not evaluate it
     t = threading.Thread(target=lambda: lf.eval(y))
     t.start()
     t.join()
