@@ -483,3 +483,67 @@ def test_two_programs_that_start_alike_do_not_cost_the_first_its_tape(taping):
             assert d["tape_misses"] == 0, d  # (the other program diverges: not the tape's fault)
         elif phase:
             assert d["tape_replays"] >= 7, d
+
+
+def test_host_data_a_recorded_call_made_is_not_the_replays_leaf(taping):
+    """Host data made inside a taped call (lf.astype of a list) is uploaded as a leaf of the recorded
+    graph; a replay makes its own, and its eval must not take the recording's buffer (which the caller
+    here donates and so writes in place)."""
+    st = lf.new_stream(taping, lanes=1)
+    bump = lf.compile(lambda a: a * 100.0, donate_argnums=(0,))
+    c_host = [1.0, 2.0, 3.0, 4.0]
+    for k in range(9):
+        x = lf.array(np.full(4, float(k)), stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            c = lf.astype(c_host, lf.float64)
+            y = (x * 2.0 + c) * 1.0
+        lf.eval(y)
+        np.testing.assert_allclose(np.asarray(y), 2.0 * k + np.array(c_host))
+        with lf.stream(st):
+            c = bump(c)
+        lf.eval(c)
+
+
+@pytest.mark.parametrize("first, then", [(np.nan, -np.nan), (0.0, -0.0)])
+@pytest.mark.parametrize("kind", ["float", "bfloat16"])
+def test_the_sign_of_nan_and_of_zero_reach_the_result(taping, first, then, kind):
+    """A static float argument (a Python float, an ml_dtypes bfloat16) is compared bit for bit by the tape,
+    and keyed so by the plan cache: the sign of NaN and of zero reach the result."""
+    cast = float if kind == "float" else lf.bfloat16.type
+
+    def step(st, v):
+        x = lf.array(np.ones(3, np.float32), stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.copysign(x + 1.0, lf.full((3,), cast(v), dtype=lf.float32))
+        lf.eval(y)
+        return np.asarray(y)
+
+    outs, _ = _repeat(taping, step, [(first,), (then,)])
+    for v, y in zip((first, then), outs):
+        np.testing.assert_array_equal(y, np.copysign(np.full(3, 2.0, np.float32), np.float32(cast(v))))
+
+
+def test_a_call_inside_a_replay_another_thread_just_ended_runs_as_usual(taping):
+    """The race the op wrapper covers, staged: another thread evaluates the replayed step (ending the
+    replay and emptying it) while this thread is about to run the replay's next step function."""
+    rng = np.random.default_rng(16)
+    st, ws, wn = _replaying(rng, taping)
+    xn = rng.standard_normal((3, 8))
+    x = lf.array(xn, stream=st)
+    lf.eval(x)
+    with lf.stream(st):
+        h = lf.tanh(x @ ws[0])
+        rp = tape.STATE[0]
+        assert rp.__class__.__name__ == "Replayer"
+        t = threading.Thread(target=lambda: lf.eval(h))
+        t.start()
+        t.join()
+        assert rp.cut and rp.made is None
+        tape.STATE[0] = rp  # (as this thread's op wrapper read it before the other thread's eval)
+        h = h + 0.5 * lf.tanh(h @ ws[1])
+        for w in ws[2:]:
+            h = h + 0.5 * lf.tanh(h @ w)
+        y = h[..., :5].sum(axis=-1)
+    np.testing.assert_allclose(np.asarray(y), _np_forward(xn, wn), rtol=1e-12)

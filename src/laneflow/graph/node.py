@@ -5,7 +5,7 @@ its buffer and the graph behind it can be freed.
 
 from __future__ import annotations
 
-import math
+import struct
 
 from typing import Any
 
@@ -100,17 +100,37 @@ class Primitive:
 
 def same_number(a: Any, b: Any) -> bool:
     """Whether two equal numbers are the same value for a kernel: also the signs of zero, in the real
-    and the imaginary part (``-0.0 == 0.0`` and ``-0j == 0j`` in Python; ``x * -0.0`` is not ``x * 0.0``).
-    ``a == b`` is the caller's to check first."""
-    if isinstance(a, (complex, np.complexfloating)):
-        return same_number(a.real, b.real) and same_number(a.imag, b.imag)
-    if a == 0 and isinstance(a, (float, np.floating)):
-        return math.copysign(1.0, a) == math.copysign(1.0, b)
-    return True
+    and the imaginary part (``-0.0 == 0.0`` and ``-0j == 0j`` in Python; ``x * -0.0`` is not ``x * 0.0``),
+    whatever their classes (a float and a numpy float of one value are one). ``a == b`` is the
+    caller's to check first."""
+    try:
+        za, zb = complex(a), complex(b)
+    except (TypeError, ValueError):
+        return True
+    return _PACK2(za.real, za.imag) == _PACK2(zb.real, zb.imag)
+
+
+def exact(a: Any) -> Any:
+    """A float's or complex number's bits, numpy's inexact scalars (ml_dtypes' bfloat16 too) with their
+    dtype; None for anything else. Two numbers of one class with the same ``exact`` are the same value
+    to a kernel: the signs of zero and of NaN apart (``-0.0 == 0.0``; NaN is not equal to itself)."""
+    c = a.__class__
+    if c is float:
+        return _PACK(a)
+    if c is complex:
+        return _PACK2(a.real, a.imag)
+    if isinstance(a, np.generic) and not isinstance(a, (np.integer, np.bool_)):
+        return a.dtype.str, a.tobytes()
+    return None
+
+
+_PACK = struct.Struct("<d").pack
+_PACK2 = struct.Struct("<dd").pack
 
 
 def _freeze(v: Any) -> Any:
-    """A hashable stand-in for a primitive's parameter."""
+    """A hashable stand-in for a primitive's parameter (numbers that a kernel tells apart are apart:
+    ``-0.0`` and ``0.0``, NaNs of either sign; the same NaN is equal to itself)."""
     c = v.__class__
     if c is tuple or c is list:
         return tuple(_freeze(x) for x in v)
@@ -120,11 +140,9 @@ def _freeze(v: Any) -> Any:
         return (slice, v.start, v.stop, v.step)
     if c is dict:
         return (dict, tuple(sorted((k, _freeze(x)) for k, x in v.items())))
-    if c is float:
-        return (float, v.hex()) if v == v else (float, "nan")  # -0.0 and 0.0 apart; NaN equal to itself
-    if isinstance(v, (float, complex, np.floating, np.complexfloating)):  # numpy's too: -0j apart from 0j
-        z = complex(v)
-        return (c, _freeze(z.real), _freeze(z.imag))
+    bits = exact(v)
+    if bits is not None:
+        return (c, bits)
     if isinstance(v, np.generic):  # (a key holds no numpy scalar: one compared with a tuple broadcasts)
         return (c, v.item())
     return v

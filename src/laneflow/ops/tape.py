@@ -47,7 +47,12 @@ def taped(fn: Callable) -> Callable:
         s = _STATE[0]
         if s is None:
             return fn(*args, **kw)
-        return s.call(fn, args, kw)
+        try:
+            return s.call(fn, args, kw)
+        except Exception:
+            if s.cut:  # another thread ended this replay or recording under the call: run it as usual
+                return fn(*args, **kw)
+            raise
 
     op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
     op.__module__, op.__wrapped__ = fn.__module__, fn  # type: ignore[attr-defined]
@@ -94,6 +99,7 @@ class Armed:
     matches, on this stream) or the recording the plan cache asked for."""
 
     __slots__ = ("thread",)
+    cut = False
 
     def __init__(self, thread: int):
         self.thread = thread
@@ -153,11 +159,12 @@ class Replayer:
     the nodes made so far, by tape position; ``bound``: the array bound to each leaf slot."""
 
     __slots__ = ("tape", "thread", "st", "stack", "depth", "call", "done", "made", "bound", "bound_ids", "probe",
-                 "ok", "diverged", "own")
+                 "ok", "diverged", "own", "cut")
 
     def __init__(self, tape: Tape):
         self.tape = tape
         self.made = self.bound = self.stack = self.call = None
+        self.cut = False
 
     def start(self, thread: int, st) -> None:
         """A new replay of the tape, by ``thread`` on the stream ``st`` (its current stream, as the
@@ -168,7 +175,7 @@ class Replayer:
         self.made = []
         self.bound = [None] * len(self.tape.leaves)
         self.bound_ids = set()
-        self.done = self.ok = self.diverged = self.own = False
+        self.done = self.ok = self.diverged = self.own = self.cut = False
         self.probe = True  # while its first call is tried: a mismatch only says "not this tape"
         self.call = self.tape.steps.first
 
@@ -209,10 +216,13 @@ class Replayer:
 
     def abandoned(self) -> bool:
         """Another thread evaluated: whether that was this replay's step (its nodes evaluated), which
-        ends the replay uncounted (else it would hold the step's values until this thread evaluates)."""
+        ends the replay uncounted (else it would hold the step's values until this thread evaluates).
+        The owner may be inside a step function, which then fails on the emptied fields: ``cut`` tells
+        the op wrapper to run that call as usual."""
         made = self.made
         if made is not None and not any(d.prim is None for d in made):
             return False
+        self.cut = True
         self.stop()
         return True
 
@@ -269,10 +279,11 @@ class Recorder:
     """Runs the thread's op calls as usual and notes them, until the evaluation that ends the step (which
     confirms the tape when it hits an entry without one with recorded nodes only)."""
 
-    __slots__ = ("thread", "entry", "calls", "pos", "made", "slots", "leaf_meta", "leaves", "tape", "ours")
+    __slots__ = ("thread", "entry", "calls", "pos", "made", "slots", "leaf_meta", "leaves", "tape", "ours", "cut")
 
     def __init__(self, thread: int, entry):
         self.thread, self.entry = thread, entry
+        self.cut = False
         # whether the step works on the entry's stream: a recording that gives no tape counts against
         # the entry only then (another program's step, say one that bypasses the cache, may come first)
         self.ours = False
@@ -294,7 +305,7 @@ class Recorder:
         """Another thread evaluated: whether that was this recording's step (then given up, uncounted)."""
         if self.calls is not None and not any(d.prim is None for d in self.made):
             return False
-        self.ours = False
+        self.ours, self.cut = False, True
         self.give_up(None, (), {})
         return True
 
@@ -460,7 +471,10 @@ class Recorder:
             if all(id(d) in pos for d in order):
                 tape = self.tape = Tape(self.calls, entry, self.leaves)
                 slots = self.slots
-                if entry.template is not None and all(id(d) in slots or d.prim is None for d in leaves):
+                # (the shortcut only where every leaf is a slot or a value outside the step: host data
+                # a call made is uploaded as a leaf, and a replay makes its own)
+                if entry.template is not None and all(id(d) in slots or (d.prim is None and id(d) not in pos)
+                                                      for d in leaves):
                     tape.template, tape.made = entry.template, len(self.made)
                     tape.perm = [pos[id(d)] for d in order]
                     tape.leaf_refs = [slots.get(id(d), d) for d in leaves]

@@ -25,7 +25,7 @@ from ..defaults import Stream, current_stream
 from ..device import Device
 from ..graph import speculate as _speculate
 from ..graph import tracer as _tracer
-from ..graph.node import ArrayData, multi_output, same_number
+from ..graph.node import ArrayData, exact, multi_output
 from .primitives import Constant
 
 #: a step's answer while a replay is probed (its first call tried): the call is not this tape's
@@ -65,11 +65,9 @@ def same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(map(same, a, b))
     if c is slice:
         return same(a.start, b.start) and same(a.stop, b.stop) and same(a.step, b.step)
-    if c is float or c is complex or isinstance(a, (np.floating, np.complexfloating)):
-        if a != a or b != b:  # NaN: the same when both are (in each part, for complex numbers)
-            return bool(np.isnan(a) == np.isnan(b)) if c is not complex else (
-                same(a.real, b.real) and same(a.imag, b.imag))
-        return bool(a == b) and same_number(a, b)
+    bits = exact(a)
+    if bits is not None:  # floats and complex numbers, numpy's and ml_dtypes' too: bit for bit
+        return bits == exact(b)
     return bool(a == b)
 
 
