@@ -547,3 +547,36 @@ def test_a_call_inside_a_replay_another_thread_just_ended_runs_as_usual(taping):
             h = h + 0.5 * lf.tanh(h @ w)
         y = h[..., :5].sum(axis=-1)
     np.testing.assert_allclose(np.asarray(y), _np_forward(xn, wn), rtol=1e-12)
+
+
+def test_arrays_inside_lists_and_tuples_are_taped(taping):
+    """lf.concatenate and lf.stack take a list of arrays, a dynamic_update_slice a tuple of starts that
+    may hold a device scalar: such calls are taped element by element (a KV cache grown by concatenation
+    replays), and a list of another length or an element of another kind is another call."""
+    rng = np.random.default_rng(17)
+
+    def step(st, xn, pos, n):
+        x = lf.array(xn, stream=st)
+        p = lf.array(np.int32(pos), stream=st)
+        lf.eval(x, p)
+        with lf.stream(st):
+            t = lf.tanh(x)
+            c = lf.concatenate([t] * n, axis=0)
+            s = lf.stack((t, x * 2.0), axis=0).sum(axis=0)
+            u = lf.dynamic_update_slice(lf.zeros((4, 3)), t[:1], (p, 0))
+            y = c.sum() + s.sum() + u.sum(axis=1)
+        lf.eval(y)
+        return np.asarray(y)
+
+    def ref(xn, pos, n):
+        t = np.tanh(xn)
+        u = np.zeros((4, 3))
+        u[pos] = t[0]
+        return np.concatenate([t] * n).sum() + (t + xn * 2.0).sum() + u.sum(axis=1)
+
+    ins = [(rng.standard_normal((2, 3)), 1, 2), (rng.standard_normal((2, 3)), 2, 2),
+           (rng.standard_normal((2, 3)), 0, 3), (rng.standard_normal((2, 3)), 3, 2)]
+    outs, d = _repeat(taping, step, ins)
+    for (xn, pos, n), y in zip(ins, outs):
+        np.testing.assert_allclose(y, ref(xn, pos, n), rtol=1e-12)
+    assert d["tape_replays"] >= 2 and d["tape_divergences"] == 1, d  # (three arrays in the list: another call)

@@ -30,6 +30,7 @@ _TAPED = (*_GENERATED, "power", "where", "clip", "round", "real", "imag", "conj"
           "astype", "broadcast_to", "concatenate", "expand_dims", "flatten", "reshape", "split", "squeeze", "stack",
           "swapaxes", "transpose", "concat", "flip", "matrix_transpose", "moveaxis", "permute_dims", "repeat", "roll",
           "tile", "tril", "triu", "unstack", "take_along_axis", "diff", "cumulative_sum", "cumulative_prod",
+          "broadcast_arrays", "meshgrid", "dynamic_slice", "dynamic_update_slice",
           "arange", "zeros", "ones", "full", "eye", "zeros_like", "ones_like", "full_like", "empty", "empty_like")
 for _name in _TAPED:
     globals()[_name] = _taped(globals()[_name])

@@ -29,7 +29,9 @@ Life of a tape:
 
 A recorded call that reads an array's values on the host (a boolean mask, a fill value or repeat
 counts given as arrays: :data:`HOST_READS` counts such reads) is not taped, since its nodes depend on
-those values; nor are calls with arguments the tape cannot compare (array-likes, objects of a user's),
+those values; nor are calls with arguments the tape cannot compare (array-likes, objects of a user's;
+arrays are compared as arguments and as elements of a list or tuple argument, as ``lf.concatenate``
+and index tuples take them),
 arrays made outside the recorded calls and not evaluated, or ops that evaluate or rebind arguments.
 Static arguments are compared by value and class, with the signs of zero (``-0.0``, ``-0j``), against
 a copy taken at the call (a list changed in place later is another argument).

@@ -62,15 +62,17 @@ def taped(fn: Callable) -> Callable:
 # -- one recorded call ----------------------------------------------------------------------------------
 
 class Call:
-    """One op call of a tape: the op, its arguments (``names`` of keywords; ``arrays``: (position, ref),
-    ref >= 0 a tape position, < 0 a leaf slot ``-1 - ref``; ``static``: (position, value, how)), the
+    """One op call of a tape: the op, its arguments (``names`` of keywords; ``arrays``: (position,
+    element, ref), the element of a list or tuple there or None, ref >= 0 a tape position, < 0 a leaf
+    slot ``-1 - ref``; ``static``: (position, element, value, how); ``containers``: (position, list or
+    tuple, length) of the lists and tuples that hold arrays), the
     nodes it made (``nodes``: primitive, shape, dtype, stream, input indices into the call's values,
     sibling group), the values it reads from outside its arguments (``extra``: a tape position, or an
     evaluated ArrayData held as is), and its result (``outs``: indices into the call's values, or
     ``-1 - i`` for argument ``i`` itself; ``kind``: None for one array, else tuple or list)."""
 
-    __slots__ = ("fn", "n", "names", "arrays", "static", "nodes", "groups", "extra", "outs", "kind", "stream",
-                 "depth")
+    __slots__ = ("fn", "n", "names", "arrays", "static", "containers", "nodes", "groups", "extra", "outs", "kind",
+                 "stream", "depth")
 
 
 class Tape:
@@ -350,32 +352,51 @@ class Recorder:
             return None
         names = tuple(kw)
         vals = args + tuple(kw.values()) if kw else args
-        arrays, static, datas, objs = [], [], [], []
+        arrays, static, datas, objs, containers = [], [], [], [], []
         for k, v in enumerate(vals):
-            if v.__class__ is Array:
-                d = v._data
-                p = self.pos.get(id(d))
-                if p is None:
-                    if d.prim is not None and d.prim.kind != "constant":
-                        return None  # made outside the taped calls, not evaluated and not host data
-                    s = self.slots.get(id(d))
-                    if s is None:
-                        s = self.slots[id(d)] = len(self.leaf_meta)
-                        self.leaf_meta.append((d.shape, d.dtype, d.device))
-                        self.leaves.append(d)
-                    p = -1 - s
-                arrays.append((k, p))
-                datas.append(d)
-                objs.append(v)
+            c = v.__class__
+            if c is Array:
+                if not self._array(k, None, v, arrays, datas, objs):
+                    return None
+            elif (c is list or c is tuple) and any(x.__class__ is Array for x in v):
+                containers.append((k, c, len(v)))  # (lf.concatenate([a, b]), x[(i, slice(None))])
+                for m, x in enumerate(v):
+                    if x.__class__ is Array:
+                        if not self._array(k, m, x, arrays, datas, objs):
+                            return None
+                    else:
+                        how = _steps.plain(x)
+                        if not how:
+                            return None
+                        static.append((k, m, _steps.snapshot(x), how))
             else:
                 how = _steps.plain(v)
                 if not how:
                     return None
-                static.append((k, _steps.snapshot(v), how))
-        return fn, names, vals, arrays, static, datas, objs
+                static.append((k, None, _steps.snapshot(v), how))
+        return fn, names, vals, arrays, static, datas, objs, containers
+
+    def _array(self, k: int, m: int | None, v: Array, arrays: list, datas: list, objs: list) -> bool:
+        """Note the array argument ``v`` (at position ``k``, element ``m`` of a list or tuple there):
+        an earlier call's result, or a leaf (evaluated, or host data); False when it is neither."""
+        d = v._data
+        p = self.pos.get(id(d))
+        if p is None:
+            if d.prim is not None and d.prim.kind != "constant":
+                return False  # made outside the taped calls, not evaluated and not host data
+            s = self.slots.get(id(d))
+            if s is None:
+                s = self.slots[id(d)] = len(self.leaf_meta)
+                self.leaf_meta.append((d.shape, d.dtype, d.device))
+                self.leaves.append(d)
+            p = -1 - s
+        arrays.append((k, m, p))
+        datas.append(d)
+        objs.append(v)
+        return True
 
     def _noted(self, note: tuple, r: Any) -> bool:
-        fn, names, vals, arrays, static, datas, objs = note
+        fn, names, vals, arrays, static, datas, objs, containers = note
         if any(o._data is not d for o, d in zip(objs, datas)):
             return False  # an argument was rebound
         if r.__class__ is Array:
@@ -395,7 +416,7 @@ class Recorder:
             index[id(x)] = env_n
             env_n += 1
         c = Call()
-        c.fn, c.names, c.n, c.arrays, c.static = fn, names, len(vals), arrays, static
+        c.fn, c.names, c.n, c.arrays, c.static, c.containers = fn, names, len(vals), arrays, static, containers
         c.stream, c.depth = current_stream(), len(_stack())  # (what the op's stream=None means here)
         c.extra = [self.pos[id(x)] if x.prim is not None else x for x in extra]
         c.nodes, groups = [], {}

@@ -171,11 +171,15 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
         out.append(f"        v{npos + j} = kw.get({const(name)}, MISS)")
     if c.arrays or c.extra or c.nodes:
         out.append("        M = R.made")
-    env, conds, firsts, here = [], [], [], {}
-    for j, (pos, ref) in enumerate(c.arrays):
-        out.append(f"        if v{pos}.__class__ is not A:")
+    for pos, cls, n in c.containers:  # (before reading their elements)
+        out.append(f"        if v{pos}.__class__ is not {'list' if cls is list else 'tuple'} or len(v{pos}) != {n}:")
         out.append(f"            {fail}")
-        out.append(f"        e{j} = v{pos}._data")
+    env, conds, firsts, here = [], [], [], {}
+    for j, (pos, sub, ref) in enumerate(c.arrays):
+        v = f"v{pos}" if sub is None else f"v{pos}[{sub}]"
+        out.append(f"        if {v}.__class__ is not A:")
+        out.append(f"            {fail}")
+        out.append(f"        e{j} = {v}._data")
         if ref >= 0:
             conds.append(f"e{j} is not M[{const(ref)}]")
         else:
@@ -191,8 +195,8 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
                 conds.append(f"(e{j} is not R.tape.leaves[{k}] and not R.bind({k}, e{j}))")
             here.setdefault(slot, j)
         env.append(f"e{j}")
-    for pos, v, how in c.static:
-        x = f"v{pos}"
+    for pos, sub, v, how in c.static:
+        x = f"v{pos}" if sub is None else f"v{pos}[{sub}]"
         if how == 1 and any(v is s for s in _SINGLETONS):
             conds.append(f"{x} is not {v!r}")
         elif how == 1:
