@@ -580,3 +580,20 @@ def test_arrays_inside_lists_and_tuples_are_taped(taping):
     for (xn, pos, n), y in zip(ins, outs):
         np.testing.assert_allclose(y, ref(xn, pos, n), rtol=1e-12)
     assert d["tape_replays"] >= 2 and d["tape_divergences"] == 1, d  # (three arrays in the list: another call)
+
+
+def test_steps_on_several_streams_taking_turns_each_get_a_tape(taping):
+    """As bench rows run: one model on three streams, a step on each in turn, with a step the plan cache
+    bypasses between (its evaluation is another program's): every stream's steps are replayed."""
+    rng = np.random.default_rng(18)
+    rows = [_setup(rng, taping) for _ in range(3)]
+    other = lf.new_stream(taping, lanes=1)
+    before = _stats()
+    for _ in range(10):
+        for st, ws, wn in rows:
+            xn = rng.standard_normal((3, 8))
+            np.testing.assert_allclose(_step(st, xn, ws), _np_forward(xn, wn), rtol=1e-12)
+            with eval_cache.bypass():
+                lf.eval(lf.tanh(lf.array(xn, stream=other)) * 2.0)
+    d = _delta(before)
+    assert d["tapes_recorded"] == 3 and d["tape_replays"] >= 3 * 5, d

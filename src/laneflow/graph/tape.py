@@ -13,8 +13,9 @@ stream, an array rebound in place) runs as usual, and the rest of the step is bu
 
 Life of a tape:
 
-1. **want**: a plan-cache hit of an entry that has no tape asks for one (:func:`want`);
-2. **record**: after the next evaluation, the next op call on that thread starts a recorder, which
+1. **want**: a plan-cache hit of an entry that has no tape asks for one (:func:`want`), on its stream;
+2. **record**: after the next evaluation, the next op call on that thread on that stream (the current
+   one, the one the call names, or an argument's) starts a recorder, which
    runs each call as usual and notes it; it is given up at a call it cannot note (an argument that is
    not an Array or plain data, an array made outside the recorded calls and not evaluated, an op that
    evaluates or rebinds its arguments);
@@ -60,8 +61,10 @@ PER_FIRST = 4
 STATE: list = [None]
 #: (first op function, its stream) -> the tapes that start with it there, latest first
 TAPES: dict = {}
-#: the plan-cache entry whose next step is recorded, or None
-WANT: list = [None]
+#: the first ops of the tapes (what the op call after an evaluation looks up first: most are none)
+FIRSTS: set = set()
+#: stream -> the plan-cache entry whose next step on it is recorded
+WANT: dict = {}
 #: makes the armed marker for a thread (``ops/tape.py`` sets it: the marker knows the op layer)
 ARM: list = [None]
 STATS = {"tapes_recorded": 0, "tape_replays": 0, "tape_divergences": 0, "tape_misses": 0}
@@ -74,7 +77,13 @@ def want(entry) -> None:
     """``entry`` was hit and has no tape: record its next step."""
     t = entry.tape
     if ENABLED and (t is None or (t.__class__ is int and t < MAX_MISSES)):
-        WANT[0] = entry
+        WANT[entry.stream] = entry
+
+
+def unwant(entry) -> None:
+    """``entry`` is no longer wanted (taped, failed, or gone)."""
+    if WANT.get(entry.stream) is entry:
+        del WANT[entry.stream]
 
 
 def hit(entry, order: list, leaves: list) -> None:
@@ -106,7 +115,13 @@ def evaluated() -> None:
                 return  # another thread is mid-step (this evaluation was not its step's): leave it alone
         else:
             s.finish()
-    STATE[0] = ARM[0](me) if ENABLED and (TAPES or WANT[0] is not None) and ARM[0] is not None else None
+    STATE[0] = ARM[0](me) if ENABLED and (TAPES or WANT) and ARM[0] is not None else None
+
+
+def _firsts() -> None:
+    """:data:`FIRSTS` from :data:`TAPES` again."""
+    FIRSTS.clear()
+    FIRSTS.update(fn for fn, _ in TAPES)
 
 
 def file(tape) -> None:
@@ -120,6 +135,7 @@ def file(tape) -> None:
     del kept[PER_FIRST:]
     tape.entry.tape = tape
     STATS["tapes_recorded"] += 1
+    _firsts()
 
 
 def drop(tape, stop: bool = True) -> None:
@@ -130,6 +146,7 @@ def drop(tape, stop: bool = True) -> None:
         kept[:] = [t for t in kept if t is not tape]
         if not kept:
             del TAPES[key]
+            _firsts()
     if tape.entry.tape is tape:
         tape.entry.tape = False if stop else None
 
@@ -140,13 +157,13 @@ def forget(entry) -> None:
     if t is not None and t.__class__ is not int and t is not False:
         drop(t, stop=False)
     entry.tape = None
-    if WANT[0] is entry:
-        WANT[0] = None
+    unwant(entry)
 
 
 def clear() -> None:
     TAPES.clear()
-    WANT[0] = None
+    FIRSTS.clear()
+    WANT.clear()
     STATE[0] = None
 
 
@@ -161,5 +178,5 @@ def set_enabled(on: bool) -> None:
     ENABLED = bool(on)
     if not ENABLED:
         STATE[0] = None
-    elif STATE[0] is None and (TAPES or WANT[0] is not None) and ARM[0] is not None:
+    elif STATE[0] is None and (TAPES or WANT) and ARM[0] is not None:
         STATE[0] = ARM[0](get_ident())  # the next op call may start a replay, as after an evaluation

@@ -126,8 +126,8 @@ class Armed:
         if me != self.thread:
             return fn(*args, **kw)
         _STATE[0] = None
-        if _tracing[0] or _early.EVERY:
-            return fn(*args, **kw)
+        if (fn not in _g.FIRSTS and not _g.WANT) or _tracing[0] or _early.EVERY:
+            return fn(*args, **kw)  # (no tape starts with this op, none is wanted: an eval per op costs no more)
         st = current_stream()
         for t in _g.TAPES.get((fn, st), ()):
             if not st._closed:
@@ -143,7 +143,7 @@ class Armed:
                     return r
                 rp.stop()
                 _STATE[0] = None
-        w = _g.WANT[0]
+        w = _wanted(st, args, kw)
         if w is not None and w.alive:
             rec = Recorder(me, w)
             _STATE[0] = rec
@@ -342,8 +342,7 @@ class Recorder:
         if self.calls is not None:
             self.calls = None
             self.made, self.leaves = [], []
-            if self.ours:
-                _failed(self.entry)
+            (_failed if self.ours else _idle)(self.entry)
         return fn(*args, **kw) if fn is not None else None
 
     def _note(self, fn: Callable, args: tuple, kw: dict) -> tuple | None:
@@ -507,19 +506,49 @@ class Recorder:
             return  # given up (and counted) already
         t = self.tape
         if t is not None and t.entry.alive and (t.entry.tape is None or t.entry.tape.__class__ is int):
-            if _g.WANT[0] is t.entry:
-                _g.WANT[0] = None
+            _g.unwant(t.entry)
             _g.file(t)
-        elif self.ours:
-            _failed(e)
+            _IDLE[0] = 0
+        else:
+            (_failed if self.ours else _idle)(e)
         self.calls = None
         self.made, self.leaves = [], []
 
 
+def _wanted(st, args: tuple, kw: dict):
+    """The entry to record for a call that may begin a step: the one wanted on the current stream
+    ``st``, on the stream the call names (``stream=``), or on an array argument's stream; None."""
+    want = _g.WANT
+    w = want.get(st)
+    if w is None:
+        named = kw.get("stream")
+        w = want.get(named) if named is not None else None
+        if w is None:
+            for a in args:
+                if a.__class__ is Array:
+                    w = want.get(a._data.stream)
+                    if w is not None:
+                        break
+    return w
+
+
+def _idle(entry) -> None:
+    """A recording for ``entry`` that worked on other streams only (another program's step): after
+    :data:`MAX_IDLE` in a row the entry is no longer wanted until its next hit asks again."""
+    _IDLE[0] += 1
+    if _IDLE[0] >= MAX_IDLE:
+        _g.unwant(entry)
+        _IDLE[0] = 0
+
+
+#: recordings in a row that gave nothing and worked on no stream of the wanted entry, and their bound
+_IDLE = [0]
+MAX_IDLE = 4
+
+
 def _failed(entry) -> None:
     """A recording of ``entry``'s step that gave no tape: after MAX_MISSES of them the entry stops asking."""
-    if _g.WANT[0] is entry:
-        _g.WANT[0] = None
+    _g.unwant(entry)
     if entry.tape is None or entry.tape.__class__ is int:
         entry.tape = (entry.tape or 0) + 1
 
