@@ -597,3 +597,22 @@ def test_steps_on_several_streams_taking_turns_each_get_a_tape(taping):
                 lf.eval(lf.tanh(lf.array(xn, stream=other)) * 2.0)
     d = _delta(before)
     assert d["tapes_recorded"] == 3 and d["tape_replays"] >= 3 * 5, d
+
+
+def test_a_tape_lets_the_recorded_steps_input_go_once_another_is_bound(taping):
+    rng = np.random.default_rng(19)
+    st, ws, wn = _setup(rng, taping)
+    refs = []
+    for _ in range(7):
+        x = lf.array(rng.standard_normal((3, 8)), stream=st)
+        lf.eval(x)
+        refs.append(weakref.ref(x._data))
+        with lf.stream(st):
+            y = _forward(x, ws)
+        lf.eval(y)
+        del x, y
+    gc.collect()
+    assert tape.STATS["tape_replays"] > 0
+    assert all(r() is None for r in refs[:-1]), [r() for r in refs]  # (the inputs of every step but the last)
+    (t,) = [t for kept in tape.TAPES.values() for t in kept]
+    assert sorted(map(id, [d for d in t.leaves if d is not None])) == sorted(id(w._data) for w in ws)  # (kept)

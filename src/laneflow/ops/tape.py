@@ -77,7 +77,9 @@ class Call:
 
 class Tape:
     """A recorded step: its calls, the entry it hits, the stream its first call ran on (and how deep in
-    ``lf.stream`` scopes), its leaves as recorded (held) and their metadata."""
+    ``lf.stream`` scopes), its leaves as recorded and their metadata. A leaf is held (a replay's fast
+    check: the same array again, as weights are) until a replay binds another array to its slot (the
+    step's input): then the tape lets the recorded one go."""
 
     __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses",
                  "replayer", "steps", "template", "perm", "leaf_refs", "counts", "made")
@@ -86,7 +88,7 @@ class Tape:
         self.calls, self.entry, self.leaves = calls, entry, leaves
         self.stream, self.depth = calls[0].stream, calls[0].depth  # (where a replay may begin)
         self.leaf_meta = [(d.shape, d.dtype, d.device) for d in leaves]
-        self.leaf_ids = frozenset(map(id, leaves))
+        self.leaf_ids = set(map(id, leaves))
         self.first = calls[0].fn
         self.misses = 0
         self.template = self.perm = self.leaf_refs = self.counts = self.made = None  # (Recorder.hit, Replayer.found)
@@ -197,9 +199,14 @@ class Replayer:
                 or d.device is not device):
             return False
         i = id(d)
-        if i in self.bound_ids or i in self.tape.leaf_ids:
+        t = self.tape
+        if i in self.bound_ids or i in t.leaf_ids:
             return False
         self.bound_ids.add(i)
+        old = t.leaves[slot]
+        if old is not None:  # a leaf that changes (the step's input): the tape no longer holds the old one
+            t.leaves[slot] = None
+            t.leaf_ids.discard(id(old))
         return True
 
     def diverge(self, fn: Callable, args: tuple, kw: dict) -> Any:
