@@ -616,3 +616,62 @@ def test_a_tape_lets_the_recorded_steps_input_go_once_another_is_bound(taping):
     assert all(r() is None for r in refs[:-1]), [r() for r in refs]  # (the inputs of every step but the last)
     (t,) = [t for kept in tape.TAPES.values() for t in kept]
     assert sorted(map(id, [d for d in t.leaves if d is not None])) == sorted(id(w._data) for w in ws)  # (kept)
+
+
+_ON_THE_FAKE_GPU = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.graph import eval_cache, speculate, tape
+from laneflow.models import gpt2
+from laneflow.runtime import encoder
+
+ops = []
+_submit = encoder.CommandEncoder.submit
+def submit(self, cmd, lane=None, settled=()):
+    ops.append(cmd.op)
+    return _submit(self, cmd, lane, settled)
+encoder.CommandEncoder.submit = submit
+
+cfg = gpt2.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=97, n_positions=32)
+dev = lf.Device("gpu")
+seen = {}
+for on in (True, False):
+    lf.set_plan_cache(tape=on)
+    st = lf.new_stream(dev, lanes=1)
+    params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16, device=dev)
+    lf.eval(list(params.values()))
+    ids = lf.array(np.arange(8).reshape(1, 8), stream=st)
+    lf.eval(ids)
+    for _ in range(6):
+        with lf.stream(st):
+            y = gpt2.forward(params, ids, cfg, gpt2.NN_OPS)
+        lf.eval(y)
+    s0, t0, h0 = dict(speculate.STATS), dict(tape.STATS), eval_cache.STATS["hits"]
+    del ops[:]
+    for _ in range(10):
+        with lf.stream(st):
+            y = gpt2.forward(params, ids, cfg, gpt2.NN_OPS)
+        lf.eval(y)
+    seen[on] = (list(ops), speculate.STATS["speculation_used"] - s0["speculation_used"],
+                tape.STATS["tape_replays"] - t0["tape_replays"], eval_cache.STATS["hits"] - h0)
+on, off = seen[True], seen[False]
+assert on[2] == 10 and off[2] == 0, (on[1:], off[1:])       # every step replayed from the tape
+assert on[1] == off[1] == 10 and on[3] == off[3] == 10, (on[1:], off[1:])  # every guess taken, every step a hit
+assert on[0] == off[0] == ["compiled graph"] * 10, (on[0], off[0])  # one launch a step, no output moved
+print("ok")
+'''
+
+
+def test_on_the_fake_gpu_a_replayed_step_launches_as_an_untaped_one(tmp_path):
+    """The CUDA backend's side, on the fake driver (it runs nothing, so no values): a replayed GPT-2
+    step is a plan hit whose speculative launch (made from the replay's first node) is taken, with one
+    graph launch a step and no outputs moved, as with the tape off."""
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed (pip install -e '.[dev]')")
+    from conftest import run_under_fake_driver
+
+    p = run_under_fake_driver(_ON_THE_FAKE_GPU, tmp_path, timeout=180)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout[-3000:] + p.stderr[-3000:]
