@@ -347,8 +347,7 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     if not EARLY[0]:  # a step taped (graph/tape.py): its recording or replay ends at this hit
         if _tape.STATE[0] is not None:
             _tape.hit(entry, order, leaves)
-        t = entry.tape
-        if t is None or t.__class__ is int:
+        if _tape.untaped(entry):
             _tape.want(entry)
     for obj, v in zip(entry.scalars, scalars):
         obj.value = v

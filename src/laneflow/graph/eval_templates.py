@@ -222,10 +222,15 @@ def match(t: Template, roots) -> tuple | None:
     for k, vals in t.fixed:
         if tuple([x.value for x in nodes[k].prim._ck[1]]) != vals:
             return None
+    return nodes, leaves, scalars_of(t, nodes)
+
+
+def scalars_of(t: Template, nodes: list) -> list:
+    """The scalar values the plan reads from the graph ``nodes`` (placed in ``t``'s order)."""
     scalars: list = []
     for k in t.sc_pos:
         scalars.extend([x.value for x in nodes[k].prim._ck[1]])
-    return nodes, leaves, scalars
+    return scalars
 
 
 def _check(t: Template, nodes: list, now: list) -> bool:

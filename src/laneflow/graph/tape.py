@@ -73,10 +73,16 @@ STATS = {"tapes_recorded": 0, "tape_replays": 0, "tape_divergences": 0, "tape_mi
 HOST_READS = [0]
 
 
+def untaped(entry) -> bool:
+    """Whether ``entry`` has no tape and may get one. ``entry.tape`` is None (none yet), a count of
+    failed recordings, its Tape, or False (never again)."""
+    t = entry.tape
+    return t is None or t.__class__ is int
+
+
 def want(entry) -> None:
     """``entry`` was hit and has no tape: record its next step."""
-    t = entry.tape
-    if ENABLED and (t is None or (t.__class__ is int and t < MAX_MISSES)):
+    if ENABLED and untaped(entry) and (entry.tape or 0) < MAX_MISSES:
         WANT[entry.stream] = entry
 
 
@@ -153,9 +159,8 @@ def drop(tape, stop: bool = True) -> None:
 
 def forget(entry) -> None:
     """An evicted or cleared entry: its tape goes, and it is no longer wanted."""
-    t = entry.tape
-    if t is not None and t.__class__ is not int and t is not False:
-        drop(t, stop=False)
+    if not untaped(entry) and entry.tape is not False:
+        drop(entry.tape, stop=False)
     entry.tape = None
     unwant(entry)
 

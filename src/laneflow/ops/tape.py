@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ..array import Array
 from ..defaults import _stack, current_stream
 from ..graph import early as _early
+from ..graph import eval_templates as _templates
 from ..graph import speculate as _speculate
 from ..graph import tape as _g
 from ..graph import tracer as _tracer
@@ -261,10 +262,7 @@ class Replayer:
         if (list(map(_PRIM, leaves)).count(None) != len(leaves) or len(set(map(id, leaves))) != len(leaves)
                 or list(map(_COUNTS, nodes)) != t.counts):
             return None
-        scalars: list = []
-        for k in tpl.sc_pos:
-            scalars.extend([x.value for x in nodes[k].prim._ck[1]])
-        return tpl, (nodes, leaves, scalars)
+        return tpl, (nodes, leaves, _templates.scalars_of(tpl, nodes))
 
     def finish(self) -> None:
         """At the step's evaluation: a replay that gave the tape's plan its graph; a miss when the tape
@@ -288,7 +286,7 @@ class Recorder:
     """Runs the thread's op calls as usual and notes them, until the evaluation that ends the step (which
     confirms the tape when it hits an entry without one with recorded nodes only)."""
 
-    __slots__ = ("thread", "entry", "calls", "pos", "made", "slots", "leaf_meta", "leaves", "tape", "ours", "cut")
+    __slots__ = ("thread", "entry", "calls", "pos", "made", "slots", "leaves", "tape", "ours", "cut")
 
     def __init__(self, thread: int, entry):
         self.thread, self.entry = thread, entry
@@ -299,8 +297,7 @@ class Recorder:
         self.calls: list = []
         self.pos: dict = {}  # id(node) -> tape position (``made`` keeps the nodes, so ids stay theirs)
         self.made: list = []
-        self.slots: dict = {}  # id(leaf) -> slot
-        self.leaf_meta: list = []
+        self.slots: dict = {}  # id(leaf) -> slot (its index in ``leaves``)
         self.leaves: list = []
         self.tape = None
 
@@ -392,8 +389,7 @@ class Recorder:
                 return False  # made outside the taped calls, not evaluated and not host data
             s = self.slots.get(id(d))
             if s is None:
-                s = self.slots[id(d)] = len(self.leaf_meta)
-                self.leaf_meta.append((d.shape, d.dtype, d.device))
+                s = self.slots[id(d)] = len(self.leaves)
                 self.leaves.append(d)
             p = -1 - s
         arrays.append((k, m, p))
@@ -492,8 +488,7 @@ class Recorder:
         evaluates several times a step records one piece at a time). The tape keeps where the graph's
         nodes and leaves are (``perm``, ``leaf_refs``: a slot, or the evaluated value itself) and their
         users and array counts, for a replay's evaluation to skip the template match (``found``)."""
-        t = entry.tape
-        if self.calls and entry.alive and (t is None or t.__class__ is int):
+        if self.calls and entry.alive and _g.untaped(entry):
             pos = self.pos
             if all(id(d) in pos for d in order):
                 tape = self.tape = Tape(self.calls, entry, self.leaves)
@@ -512,7 +507,7 @@ class Recorder:
         if self.calls is None:
             return  # given up (and counted) already
         t = self.tape
-        if t is not None and t.entry.alive and (t.entry.tape is None or t.entry.tape.__class__ is int):
+        if t is not None and t.entry.alive and _g.untaped(t.entry):
             _g.unwant(t.entry)
             _g.file(t)
             _IDLE[0] = 0
@@ -556,7 +551,7 @@ MAX_IDLE = 4
 def _failed(entry) -> None:
     """A recording of ``entry``'s step that gave no tape: after MAX_MISSES of them the entry stops asking."""
     _g.unwant(entry)
-    if entry.tape is None or entry.tape.__class__ is int:
+    if _g.untaped(entry):
         entry.tape = (entry.tape or 0) + 1
 
 
