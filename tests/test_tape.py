@@ -116,6 +116,33 @@ def test_a_changed_static_argument_leaves_the_tape_and_gives_the_new_result(tapi
     assert _delta(before)["tape_divergences"] == 1
 
 
+@pytest.mark.parametrize("index", [(Ellipsis, slice(None, 4)), (Ellipsis, slice(None, 5, 2)), (Ellipsis, slice(1, 5)),
+                                   (slice(None), slice(None, 5)), (Ellipsis, slice(None, np.int64(5))),
+                                   (Ellipsis, slice(None, 5), None)])
+def test_an_index_that_differs_anywhere_leaves_the_tape(taping, index):
+    # the tape compares index tuples and slices field by field, classes too (np.int64(5) is not 5)
+    st = lf.new_stream(taping, lanes=1)
+    rng = np.random.default_rng(9)
+
+    def step(xn, ix):
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.tanh(x)[ix] * 2.5
+        lf.eval(y)
+        return np.asarray(y)
+
+    recorded = (Ellipsis, slice(None, 5))
+    for _ in range(6):
+        xn = rng.standard_normal((3, 8))
+        np.testing.assert_allclose(step(xn, recorded), np.tanh(xn)[recorded] * 2.5, rtol=1e-12)
+    assert tape.STATS["tape_replays"] > 0
+    before = _stats()
+    xn = rng.standard_normal((3, 8))
+    np.testing.assert_allclose(step(xn, index), np.tanh(xn)[index] * 2.5, rtol=1e-12)
+    assert _delta(before)["tape_divergences"] == 1
+
+
 def test_minus_zero_is_not_the_zero_the_tape_has(taping):
     st = lf.new_stream(taping, lanes=1)
 

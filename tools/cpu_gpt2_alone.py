@@ -1,8 +1,9 @@
 """The CPU target of issue 15 without other rows in between: the small GPT-2-like model of ``bench gpt2
---device cpu`` (lf.nn, B=1, 8 tokens, float32) on one lane, cache hits, against the same forward in
-numpy, taking turns in one process; prints three rounds, with the split into graph building and eval.
+--device cpu`` (lf.nn, or with ``--plain`` the very code numpy runs; B=1, 8 tokens, float32) on one
+lane, cache hits, against the same forward in numpy, taking turns in one process; prints three rounds,
+with the split into graph building and eval.
 
-    python tools/cpu_gpt2_alone.py [batch]
+    python tools/cpu_gpt2_alone.py [batch] [--plain]
 """
 import sys
 import time
@@ -16,8 +17,11 @@ from laneflow.bench.suites.gpt2 import CPU_CONFIG as cfg  # noqa: E402
 from laneflow.models import gpt2  # noqa: E402
 
 
+OPS = gpt2.LANEFLOW_OPS if "--plain" in sys.argv else gpt2.NN_OPS
+
+
 def main() -> None:
-    B = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    B = int(next((a for a in sys.argv[1:] if a.isdigit()), 1))
     st = lf.new_stream(lf.Device("cpu"), lanes=1)
     w = {k: v.astype(np.float32) for k, v in gpt2.numpy_params(cfg, seed=0).items()}
     params = {k: lf.array(v, stream=st) for k, v in w.items()}
@@ -27,7 +31,7 @@ def main() -> None:
 
     def step():
         with lf.stream(st):
-            y = gpt2.forward(params, ids, cfg, gpt2.NN_OPS)
+            y = gpt2.forward(params, ids, cfg, OPS)
         lf.eval(y)
 
     def npstep():
@@ -50,11 +54,12 @@ def main() -> None:
         for _ in range(n):
             t0 = time.perf_counter()
             with lf.stream(st):
-                y = gpt2.forward(params, ids, cfg, gpt2.NN_OPS)
+                y = gpt2.forward(params, ids, cfg, OPS)
             t1 = time.perf_counter()
             lf.eval(y)
             tb, te = tb + t1 - t0, te + time.perf_counter() - t1
-        print(f"lf.nn {a * 1e6:.0f} us (build {tb / n * 1e6:.0f}, eval {te / n * 1e6:.0f}), numpy {b * 1e6:.0f} us,"
+        name = "plain" if OPS is gpt2.LANEFLOW_OPS else "lf.nn"
+        print(f"{name} {a * 1e6:.0f} us (build {tb / n * 1e6:.0f}, eval {te / n * 1e6:.0f}), numpy {b * 1e6:.0f} us,"
               f" ratio {a / b:.2f}")
 
 

@@ -73,7 +73,7 @@ class _Entry:
         self.key: tuple = ()
         self.template = None  # its eval_templates.Template, made at its first hit
         self.alive = True  # False once evicted: a template must not lead to it any more
-        self.uses: tuple | None = None  # (users per node once the graph is let go, reads per leaf): _finish
+        self.uses: tuple | None = None  # (users per node once the graph is let go, reads per leaf, nodes kept): _finish
         self.units: list = []  # executors of the plan besides plan.unit, each bound to other leaves (_unit_for)
         self.missed: list = []  # leaf sets (weak references to their buffers) no executor reads in place
         # speculative launch (graph/speculate.py): the trigger (primitive, stream, leaf slots it reads;
@@ -401,7 +401,12 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
 def _same_scalars(now: list, then: list | None) -> bool:
     """Whether the scalar values ``now`` are those an executor holds: equal, with the signs of zeros
     too (``x * -0.0`` is not ``x * 0.0``; lists compare ``-0.0 == 0.0``, ``-0j == 0j``)."""
-    return now == then and all(map(same_number, now, then))
+    if now != then:
+        return False
+    for a, b in zip(now, then):  # (the same object is the same bits: most are a program's constants)
+        if a is not b and not same_number(a, b):
+            return False
+    return True
 
 
 #: executors one plan may have, each reading its own set of leaves in place (below). Each keeps the
@@ -512,17 +517,23 @@ def _finish(order: list, leaves: list, entry: _Entry, outs: list) -> None:
         return
     uses = entry.uses
     if uses is None:
-        uses = entry.uses = _uses(entry.key)
-    for d, n in zip(order, uses[0]):
-        d.users = n
+        uses = entry.uses = _uses(entry.key, order, entry.need_positions)
+    users, reads, kept = uses
+    # Only the nodes that outlive the evaluation are let go field by field: the others are held by
+    # nothing but the graph itself (no array, no user outside it) and die with it.
+    for k in kept:
+        d = order[k]
+        d.users = users[k]
         d.prim = None
         d.inputs = ()
-    for x, n in zip(leaves, uses[1]):
+    for x, n in zip(leaves, reads):
         x.users -= n
 
 
-def _uses(key: tuple) -> tuple:
-    """From a key: per node, its users once the graph's own reads are gone; per leaf, its reads."""
+def _uses(key: tuple, order: list, need_positions: list) -> tuple:
+    """From a key: per node, its users once the graph's own reads are gone; per leaf, its reads; the
+    positions of the nodes that outlive the graph: those needed outside it, and every output of a
+    multi-output primitive (a needed one holds its siblings)."""
     ents, _, meta = key
     users = [e[5] for e in ents]
     reads = [0] * len(meta)
@@ -532,7 +543,8 @@ def _uses(key: tuple) -> tuple:
                 users[j] -= 1
             else:
                 reads[-1 - j] += 1
-    return users, reads
+    kept = sorted(set(need_positions) | {k for k, d in enumerate(order) if d.siblings is not None})
+    return users, reads, kept
 
 
 def _account(entry: _Entry) -> None:

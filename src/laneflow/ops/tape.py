@@ -35,7 +35,8 @@ _watch = _speculate.WATCH
 _new = object.__new__
 _MISS = _steps.MISS
 _PRIM = attrgetter("prim")
-_COUNTS = attrgetter("users", "arrays")
+_USERS = attrgetter("users")
+_ARRAYS = attrgetter("arrays")
 #: nodes one call may make (a call that reaches further back than this is not taped)
 MAX_NODES_PER_CALL = 64
 
@@ -83,7 +84,7 @@ class Tape:
     step's input): then the tape lets the recorded one go."""
 
     __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses",
-                 "replayer", "steps", "template", "perm", "leaf_refs", "counts", "made")
+                 "replayer", "steps", "template", "perm", "leaf_base", "slot_at", "users", "held", "unheld", "made")
 
     def __init__(self, calls: list, entry, leaves: list):
         self.calls, self.entry, self.leaves = calls, entry, leaves
@@ -92,7 +93,8 @@ class Tape:
         self.leaf_ids = set(map(id, leaves))
         self.first = calls[0].fn
         self.misses = 0
-        self.template = self.perm = self.leaf_refs = self.counts = self.made = None  # (Recorder.hit, Replayer.found)
+        self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held = self.unheld = None
+        self.made = None  # (Recorder.hit, Replayer.found)
         self.replayer = Replayer(self)
         self.steps = _steps.Steps(self, self.replayer)
 
@@ -163,8 +165,8 @@ class Replayer:
     the tape's next call (``ops/tape_steps.py``), which checks the call and makes its nodes; ``made``:
     the nodes made so far, by tape position; ``bound``: the array bound to each leaf slot."""
 
-    __slots__ = ("tape", "thread", "st", "stack", "depth", "call", "done", "made", "bound", "bound_ids", "probe",
-                 "ok", "diverged", "own", "cut")
+    __slots__ = ("tape", "thread", "st", "stack", "depth", "call", "done", "made", "bound", "bound_ids", "rebound",
+                 "hosted", "probe", "ok", "diverged", "own", "cut")
 
     def __init__(self, tape: Tape):
         self.tape = tape
@@ -180,7 +182,8 @@ class Replayer:
         self.made = []
         self.bound = [None] * len(self.tape.leaves)
         self.bound_ids = set()
-        self.done = self.ok = self.diverged = self.own = self.cut = False
+        self.rebound = []  # the slots bound to another array than the recorded one
+        self.done = self.hosted = self.ok = self.diverged = self.own = self.cut = False
         self.probe = True  # while its first call is tried: a mismatch only says "not this tape"
         self.call = self.tape.steps.first
 
@@ -204,10 +207,16 @@ class Replayer:
         if i in self.bound_ids or i in t.leaf_ids:
             return False
         self.bound_ids.add(i)
+        self.rebound.append(slot)
+        if d.prim is not None:
+            self.hosted = True  # (host data, uploaded by the evaluation: not a leaf of the plan yet)
         old = t.leaves[slot]
         if old is not None:  # a leaf that changes (the step's input): the tape no longer holds the old one
             t.leaves[slot] = None
             t.leaf_ids.discard(id(old))
+            if t.slot_at is not None:
+                for p in t.slot_at.get(slot, ()):
+                    t.leaf_base[p] = None
         return True
 
     def diverge(self, fn: Callable, args: tuple, kw: dict) -> Any:
@@ -243,8 +252,9 @@ class Replayer:
 
     def found(self, roots) -> tuple | None:
         """``eval_templates.find``'s answer for ``roots`` after this whole replay, from the tape: its
-        nodes in the template's order (``tape.perm``), the leaves bound to its slots, with the users and
-        array counts the recorded graph had at its evaluation (which matched the template: the nodes'
+        nodes in the template's order (``tape.perm``), the leaves bound to its slots, with the users the
+        recorded graph had at its evaluation and the same nodes held by arrays (the template's key reads
+        whether an array holds a node, not how many do), which matched the template (the nodes'
         primitives, shapes, dtypes, streams and inputs are the recorded ones by construction); None
         when anything differs (an array kept, a node used outside the tape, a leaf not evaluated)."""
         t = self.tape
@@ -253,15 +263,27 @@ class Replayer:
             return None
         if len(self.made) != t.made:  # (a node of another thread's, in a race: let the match decide)
             return None
-        nodes = list(map(self.made.__getitem__, t.perm))
+        made = self.made
+        # A node's users only grow while a step is built (evaluations let them go, and end the replay),
+        # so equal sums are equal counts. What the plan reads of the arrays is which nodes have any.
+        if sum(map(_USERS, made)) != t.users:
+            return None
+        arrays = list(map(_ARRAYS, made))
+        if arrays.count(0) != t.unheld or not all(map(arrays.__getitem__, t.held)):
+            return None
+        nodes = list(map(made.__getitem__, t.perm))
         pos = tpl.root_pos
         if len(roots) != len(pos) or not all(map(is_, roots, map(nodes.__getitem__, pos))):
             return None
-        bound = self.bound
-        leaves = [bound[x] if x.__class__ is int else x for x in t.leaf_refs]
-        if (list(map(_PRIM, leaves)).count(None) != len(leaves) or len(set(map(id, leaves))) != len(leaves)
-                or list(map(_COUNTS, nodes)) != t.counts):
+        if self.hosted:
             return None
+        # the leaves: the recorded ones and those bound anew (bind kept them evaluated or host data,
+        # and apart from every other leaf)
+        leaves = t.leaf_base.copy()
+        bound, slot_at = self.bound, t.slot_at
+        for slot in self.rebound:
+            for p in slot_at.get(slot, ()):
+                leaves[p] = bound[slot]
         return tpl, (nodes, leaves, _templates.scalars_of(tpl, nodes))
 
     def finish(self) -> None:
@@ -423,6 +445,8 @@ class Recorder:
         c.extra = [self.pos[id(x)] if x.prim is not None else x for x in extra]
         c.nodes, groups = [], {}
         for d in new:
+            if d.__class__ is not ArrayData:  # (a replay makes plain nodes, field by field)
+                return False
             index[id(d)] = env_n
             env_n += 1
             prim = d.prim
@@ -486,8 +510,9 @@ class Recorder:
         """The evaluation ending the recording hits ``entry``: the tape is ``entry``'s if its graph is
         made of recorded nodes only (the wanted entry, or another without a tape: a program that
         evaluates several times a step records one piece at a time). The tape keeps where the graph's
-        nodes and leaves are (``perm``, ``leaf_refs``: a slot, or the evaluated value itself) and their
-        users and array counts, for a replay's evaluation to skip the template match (``found``)."""
+        nodes are (``perm``), its leaves (``leaf_base``, with the positions of each slot's: ``slot_at``),
+        the nodes' users and which are held by arrays, for a replay's evaluation to skip the template
+        match (``found``)."""
         if self.calls and entry.alive and _g.untaped(entry):
             pos = self.pos
             if all(id(d) in pos for d in order):
@@ -499,8 +524,17 @@ class Recorder:
                                                       for d in leaves):
                     tape.template, tape.made = entry.template, len(self.made)
                     tape.perm = [pos[id(d)] for d in order]
-                    tape.leaf_refs = [slots.get(id(d), d) for d in leaves]
-                    tape.counts = list(map(_COUNTS, order))
+                    tape.leaf_base, tape.slot_at = list(leaves), {}
+                    for p, d in enumerate(leaves):
+                        s = slots.get(id(d))
+                        if s is None:  # a value outside the step, read as it is: no slot may bind it
+                            tape.leaf_ids.add(id(d))
+                        else:
+                            tape.slot_at.setdefault(s, []).append(p)
+                    made = self.made
+                    tape.users = sum(map(_USERS, made))
+                    tape.held = [k for k, d in enumerate(made) if d.arrays]
+                    tape.unheld = len(made) - len(tape.held)
 
     def finish(self) -> None:
         e = self.entry

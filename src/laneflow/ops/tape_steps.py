@@ -134,6 +134,29 @@ _GLOBALS = {"A": Array, "AD": ArrayData, "NEW": object.__new__, "MO": multi_outp
             "MISS": MISS, "gi": get_ident}
 
 
+def _differs(x: str, v, const, depth: int) -> str:
+    """Source of a test that the static argument ``x`` (an expression) is not ``v``, as :func:`same`
+    says, written out for the common kinds (a call of ``same`` per float or index tuple cost about a
+    microsecond): None, Ellipsis and the bools by identity; ints and strings by class and value;
+    floats other than zeros and NaNs by class and value (equal values of those have equal bits);
+    tuples and slices element by element (classes first: an element may be an array, whose ``!=`` is
+    elementwise). Anything else calls ``same``."""
+    c = v.__class__
+    if any(v is s for s in _SINGLETONS):
+        return f"{x} is not {v!r}"
+    if c is int or c is str or (c is float and v == v and v != 0.0):
+        return f"({x}.__class__ is not {c.__name__} or {x} != {const(v)})"
+    if c is tuple and depth < 3 and len(v) <= 8:
+        parts = [f"{x}.__class__ is not tuple", f"len({x}) != {len(v)}"]
+        parts += [_differs(f"{x}[{m}]", e, const, depth + 1) for m, e in enumerate(v)]
+        return f"({' or '.join(parts)})"
+    if c is slice and depth < 3:
+        parts = [f"{x}.__class__ is not slice"]
+        parts += [_differs(f"{x}.{f}", getattr(v, f), const, depth + 1) for f in ("start", "stop", "step")]
+        return f"({' or '.join(parts)})"
+    return f"not SAME({x}, {const(v)})"
+
+
 def _factory(src: str):
     ns: dict = {}
     exec(compile(src, "<tape step>", "exec"), _GLOBALS, ns)  # noqa: S102 - source made here, from constants' names
@@ -157,7 +180,8 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
     fail = "return R.diverge(fn, args, kw)"
     kwcheck = "kw" if not c.names else f"len(kw) != {len(c.names)}"
     if c.stream is tape.stream and c.depth == tape.depth:  # the stream the step began on: read off its scopes
-        where = "len(R.stack) != R.depth or (R.stack[-1] if R.depth else CS()) is not R.st"
+        where = (f"len(R.stack) != {tape.depth} or R.stack[-1] is not R.st" if tape.depth
+                 else "R.stack or CS() is not R.st")
     else:
         where = f"CS() is not {const(c.stream)}"
     out.append(f"        if (fn is not {const(c.fn)} or len(args) != {npos} or {kwcheck} or gi() != R.thread or TR[0]"
@@ -197,15 +221,10 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
         env.append(f"e{j}")
     for pos, sub, v, how in c.static:
         x = f"v{pos}" if sub is None else f"v{pos}[{sub}]"
-        if how == 1 and any(v is s for s in _SINGLETONS):
-            conds.append(f"{x} is not {v!r}")
-        elif how == 1:
+        if how == 1 and not any(v is s for s in _SINGLETONS):
             conds.append(f"({x}.__class__ is not {const(v.__class__)} or {x} != {const(v)})")
-        elif how == 2:  # (classes first: an element may be an array, whose != is elementwise)
-            types = "".join(f" or {x}[{m}].__class__ is not {const(e.__class__)}" for m, e in enumerate(v))
-            conds.append(f"({x}.__class__ is not tuple or len({x}) != {len(v)}{types} or {x} != {const(v)})")
         else:
-            conds.append(f"not SAME({x}, {const(v)})")
+            conds.append(_differs(x, v, const, 0))
     if conds:
         out.append(f"        if {' or '.join(conds)}:")
         out.append(f"            {fail}")
@@ -214,12 +233,29 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
     for t, x in enumerate(c.extra):
         out.append(f"        x{t} = M[{const(x)}]" if x.__class__ is int else f"        x{t} = {const(x)}")
         env.append(f"x{t}")
+    base = len(env)
+    held = [0] * len(c.nodes)  # the arrays the call returns bound to each node
+    for k in c.outs:
+        if k >= base:
+            held[k - base] += 1
     for j, (prim, shape, dtype, stream, ins) in enumerate(c.nodes):
-        args = "".join(f"{env[k]}, " for k in ins)
+        # ArrayData.__init__ written out (a frame less per node): the same fields, in its order
+        n = f"n{j}"
         p = f"{const(prim)}.make()" if prim.__class__ is HostData else const(prim)
-        out.append(f"        n{j} = AD({const(shape)}, {const(dtype)}, {const(stream)}, {p}, ({args}))")
-        out.append(f"        M.append(n{j})")
-        env.append(f"n{j}")
+        out.append(f"        {n} = NEW(AD)")
+        out.append(f"        {n}.shape = {const(shape)}")
+        out.append(f"        {n}.dtype = {const(dtype)}")
+        out.append(f"        {n}.stream = {const(stream)}")
+        out.append(f"        {n}.device = {const(stream.device)}")
+        out.append(f"        {n}.prim = {p}")
+        out.append(f"        {n}.inputs = ({''.join(f'{env[k]}, ' for k in ins)})")
+        out.append(f"        {n}.siblings = {n}.buffer = None")
+        out.append(f"        {n}.users = 0")
+        out.append(f"        {n}.arrays = {held[j]}")
+        for k in ins:
+            out.append(f"        {env[k]}.users += 1")
+        out.append(f"        M.append({n})")
+        env.append(n)
     for g in c.groups:
         out.append(f"        MO([{', '.join(env[k] for k in g)}])")
     if watch:
@@ -232,7 +268,8 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
             continue
         out.append(f"        r{m} = NEW(A)")
         out.append(f"        r{m}._data = {env[k]}")
-        out.append(f"        {env[k]}.arrays += 1")
+        if k < base:  # (a node of this call counts its arrays from the start)
+            out.append(f"        {env[k]}.arrays += 1")
         results.append(f"r{m}")
     out.append("        if NEXT is None:")
     out.append("            R.done = True")
