@@ -63,7 +63,7 @@ def main() -> None:
                 forward(on, record=k >= 2)
     tape.set_enabled(True)
     print(f"GPT-2 small {'plain' if ops is gpt2.LANEFLOW_OPS else 'lf.nn'} eager on {dev}, B={batch}: medians of "
-          f"{rounds} rounds x {steps} forwards; {tape.STATS}")
+          f"{rounds} rounds x {steps} forwards; {tape.STATS}; last failed recording: {tape.LAST_FAILURE[0]}")
     for on in (True, False):
         b, e = times[on]
         print(f"  tape {'on ' if on else 'off'}: build {statistics.median(b) * 1e6:7.0f} us   "

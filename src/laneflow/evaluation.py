@@ -124,7 +124,8 @@ def plan_cache_info() -> dict[str, Any]:
     sightings, bypassed graphs, evictions, executor runs, early launches; speculative launches made,
     taken and dropped: ``speculated``, ``speculation_used``, ``speculation_wasted``; tapes recorded,
     steps replayed from a tape, replays left mid-step, and replays that failed their tape's own plan:
-    ``tapes_recorded``, ``tape_replays``, ``tape_divergences``, ``tape_misses``; ``tapes`` held)."""
+    ``tapes_recorded``, ``tape_replays``, ``tape_divergences``, ``tape_misses``; ``tapes`` held; and
+    ``tape_last_failure``: why the last step that could not be taped was not, naming the op)."""
     with _sched.LOCK:
         return eval_cache.info()
 

@@ -68,6 +68,10 @@ WANT: dict = {}
 #: makes the armed marker for a thread (``ops/tape.py`` sets it: the marker knows the op layer)
 ARM: list = [None]
 STATS = {"tapes_recorded": 0, "tape_replays": 0, "tape_divergences": 0, "tape_misses": 0}
+#: why the last recording gave no tape (None: none failed), for ``lf.plan_cache_info()``, and how many
+#: recordings gave none
+LAST_FAILURE: list = [None]
+FAILURES = [0]
 #: host reads of array values (``Array._host``): a recorded op that reads values (a boolean mask, a
 #: count) made nodes that depend on them, which its replay would not read again: it is not taped
 HOST_READS = [0]
@@ -166,6 +170,7 @@ def forget(entry) -> None:
 
 
 def clear() -> None:
+    LAST_FAILURE[0] = None
     TAPES.clear()
     FIRSTS.clear()
     WANT.clear()

@@ -334,7 +334,7 @@ class Recorder:
         if self.calls is not None and not any(d.prim is None for d in self.made):
             return False
         self.ours, self.cut = False, True
-        self.give_up(None, (), {})
+        self.give_up(None, (), {}, "another thread evaluated the step")
         return True
 
     def call(self, fn: Callable, args: tuple, kw: dict) -> Any:
@@ -342,7 +342,10 @@ class Recorder:
             return fn(*args, **kw)
         note = self._note(fn, args, kw)
         if note is None:
-            return self.give_up(fn, args, kw)
+            return self.give_up(fn, args, kw, f"{_name(fn)}: an argument the tape cannot compare (not an array, a"
+                                f" number, a string, a dtype, a stream, a device, a slice or a list or tuple"
+                                f" of those), or an array not made by the step's recorded calls and not"
+                                f" evaluated")
         _STATE[0] = None  # calls inside this one are not noted
         reads = _g.HOST_READS[0]
         try:
@@ -350,22 +353,32 @@ class Recorder:
         except BaseException:
             if _STATE[0] is None:
                 _STATE[0] = self
-            self.give_up(None, (), {})
+            self.give_up(None, (), {}, f"{_name(fn)} raised")
             raise
-        if _STATE[0] is not None or _g.HOST_READS[0] != reads or not self._noted(note, r):
-            # it evaluated something or read an array's values (a mask, a count: values the nodes it
-            # made depend on, which a replay would not read again), rebound an argument, or returned
-            # no arrays
-            self.give_up(None, (), {})
-            return r
+        # it evaluated something or read an array's values (a mask, a count: values the nodes it
+        # made depend on, which a replay would not read again), rebound an argument, or returned
+        # no arrays
+        if _STATE[0] is not None:
+            self.give_up(None, (), {}, f"{_name(fn)} evaluated arrays")
+        elif _g.HOST_READS[0] != reads:
+            self.give_up(None, (), {}, f"{_name(fn)} read array values on the host")
+        elif not self._noted(note, r):
+            self.give_up(None, (), {}, f"{_name(fn)} returned no arrays, rebound an argument or made more than"
+                                       f" {MAX_NODES_PER_CALL} nodes")
+        else:
+            _STATE[0] = self
+        return r
         _STATE[0] = self
         return r
 
-    def give_up(self, fn: Callable | None, args: tuple, kw: dict) -> Any:
-        """The step cannot be taped: stop noting (a failed recording for the entry) and run the call."""
+    def give_up(self, fn: Callable | None, args: tuple, kw: dict, why: str) -> Any:
+        """The step cannot be taped (``why``: ``plan_cache_info()["tape_last_failure"]`` shows it): stop
+        noting (a failed recording for the entry) and run the call."""
         if _STATE[0] is self:
             _STATE[0] = None
         if self.calls is not None:
+            _g.LAST_FAILURE[0] = why
+            _g.FAILURES[0] += 1
             self.calls = None
             self.made, self.leaves = [], []
             (_failed if self.ours else _idle)(self.entry)
@@ -546,6 +559,9 @@ class Recorder:
             _g.file(t)
             _IDLE[0] = 0
         else:
+            _g.FAILURES[0] += 1
+            _g.LAST_FAILURE[0] = ("the step's evaluation hit no plan-cache entry without a tape, or its graph"
+                                  " holds nodes the recorded calls did not make")
             (_failed if self.ours else _idle)(e)
         self.calls = None
         self.made, self.leaves = [], []
@@ -566,6 +582,10 @@ def _wanted(st, args: tuple, kw: dict):
                     if w is not None:
                         break
     return w
+
+
+def _name(fn: Callable) -> str:
+    return f"lf.{getattr(fn, '__name__', fn)}"
 
 
 def _idle(entry) -> None:
