@@ -5,6 +5,7 @@ methods the same way). ``array.py`` stays below the ops: it holds the value and 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,12 @@ import numpy as np
 from . import _ops_namespace as ops
 from ._array_api import API_VERSIONS as _API_VERSIONS
 from .array import Array
+from .ops.tape import taped
+
+
+#: the ops without their tape wrapper (``ops/tape.py``): the methods below that call one op are taped
+#: themselves (:data:`TAPED`), so a replayed ``x + y`` or ``x.reshape(...)`` is one call, not two
+raw = SimpleNamespace(**{k: getattr(v, "__wrapped__", v) for k, v in vars(ops).items() if callable(v)})
 
 
 class _Methods:
@@ -19,91 +26,91 @@ class _Methods:
 
     # -- conversions and shape ------------------------------------------------------------------
     def astype(self, dtype: Any, *, stream: Any = None) -> "Array":
-        return ops.astype(self, dtype, stream=stream)
+        return raw.astype(self, dtype, stream=stream)
 
     def reshape(self, *shape: Any, stream: Any = None) -> "Array":
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = shape[0]
-        return ops.reshape(self, shape, stream=stream)
+        return raw.reshape(self, shape, stream=stream)
 
     def transpose(self, *axes: Any, stream: Any = None) -> "Array":
         if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], (int, np.integer))):
             axes = axes[0]
-        return ops.transpose(self, axes if axes != () else None, stream=stream)
+        return raw.transpose(self, axes if axes != () else None, stream=stream)
 
     @property
     def T(self) -> "Array":
-        return ops.transpose(self)
+        return raw.transpose(self)
 
     def flatten(self, *, stream: Any = None) -> "Array":
-        return ops.flatten(self, stream=stream)
+        return raw.flatten(self, stream=stream)
 
     def squeeze(self, axis: Any = None, *, stream: Any = None) -> "Array":
-        return ops.squeeze(self, axis, stream=stream)
+        return raw.squeeze(self, axis, stream=stream)
 
     def swapaxes(self, a: int, b: int, *, stream: Any = None) -> "Array":
-        return ops.swapaxes(self, a, b, stream=stream)
+        return raw.swapaxes(self, a, b, stream=stream)
 
     def __getitem__(self, index: Any) -> "Array":
-        return ops.getitem(self, index)
+        return raw.getitem(self, index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         self._rebind(ops.setitem(self, index, value)._data)
 
     # -- reductions -----------------------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False, *, stream=None): return ops.sum(self, axis, keepdims, stream=stream)  # noqa: E704
-    def mean(self, axis=None, keepdims=False, *, stream=None): return ops.mean(self, axis, keepdims, stream=stream)  # noqa: E704
-    def max(self, axis=None, keepdims=False, *, stream=None): return ops.max(self, axis, keepdims, stream=stream)  # noqa: E704
-    def min(self, axis=None, keepdims=False, *, stream=None): return ops.min(self, axis, keepdims, stream=stream)  # noqa: E704
-    def prod(self, axis=None, keepdims=False, *, stream=None): return ops.prod(self, axis, keepdims, stream=stream)  # noqa: E704
-    def any(self, axis=None, keepdims=False, *, stream=None): return ops.any(self, axis, keepdims, stream=stream)  # noqa: E704
-    def all(self, axis=None, keepdims=False, *, stream=None): return ops.all(self, axis, keepdims, stream=stream)  # noqa: E704
-    def argmax(self, axis=None, keepdims=False, *, stream=None): return ops.argmax(self, axis, keepdims, stream=stream)  # noqa: E704
-    def argmin(self, axis=None, keepdims=False, *, stream=None): return ops.argmin(self, axis, keepdims, stream=stream)  # noqa: E704
+    def sum(self, axis=None, keepdims=False, *, stream=None): return raw.sum(self, axis, keepdims, stream=stream)  # noqa: E704
+    def mean(self, axis=None, keepdims=False, *, stream=None): return raw.mean(self, axis, keepdims, stream=stream)  # noqa: E704
+    def max(self, axis=None, keepdims=False, *, stream=None): return raw.max(self, axis, keepdims, stream=stream)  # noqa: E704
+    def min(self, axis=None, keepdims=False, *, stream=None): return raw.min(self, axis, keepdims, stream=stream)  # noqa: E704
+    def prod(self, axis=None, keepdims=False, *, stream=None): return raw.prod(self, axis, keepdims, stream=stream)  # noqa: E704
+    def any(self, axis=None, keepdims=False, *, stream=None): return raw.any(self, axis, keepdims, stream=stream)  # noqa: E704
+    def all(self, axis=None, keepdims=False, *, stream=None): return raw.all(self, axis, keepdims, stream=stream)  # noqa: E704
+    def argmax(self, axis=None, keepdims=False, *, stream=None): return raw.argmax(self, axis, keepdims, stream=stream)  # noqa: E704
+    def argmin(self, axis=None, keepdims=False, *, stream=None): return raw.argmin(self, axis, keepdims, stream=stream)  # noqa: E704
 
     def var(self, axis=None, keepdims=False, ddof=0, *, stream=None):
-        return ops.var(self, axis, keepdims, ddof, stream=stream)
+        return raw.var(self, axis, keepdims, ddof, stream=stream)
 
     def std(self, axis=None, keepdims=False, ddof=0, *, stream=None):
-        return ops.std(self, axis, keepdims, ddof, stream=stream)
+        return raw.std(self, axis, keepdims, ddof, stream=stream)
 
     # -- operators ------------------------------------------------------------------------------
-    def __add__(self, o): return ops.add(self, o)  # noqa: E704
-    def __radd__(self, o): return ops.add(o, self)  # noqa: E704
-    def __sub__(self, o): return ops.subtract(self, o)  # noqa: E704
-    def __rsub__(self, o): return ops.subtract(o, self)  # noqa: E704
-    def __mul__(self, o): return ops.multiply(self, o)  # noqa: E704
-    def __rmul__(self, o): return ops.multiply(o, self)  # noqa: E704
-    def __truediv__(self, o): return ops.divide(self, o)  # noqa: E704
-    def __rtruediv__(self, o): return ops.divide(o, self)  # noqa: E704
-    def __floordiv__(self, o): return ops.floor_divide(self, o)  # noqa: E704
-    def __rfloordiv__(self, o): return ops.floor_divide(o, self)  # noqa: E704
-    def __mod__(self, o): return ops.remainder(self, o)  # noqa: E704
-    def __rmod__(self, o): return ops.remainder(o, self)  # noqa: E704
-    def __pow__(self, o): return ops.power(self, o)  # noqa: E704
-    def __rpow__(self, o): return ops.power(o, self)  # noqa: E704
-    def __matmul__(self, o): return ops.matmul(self, o)  # noqa: E704
-    def __rmatmul__(self, o): return ops.matmul(o, self)  # noqa: E704
-    def __neg__(self): return ops.negative(self)  # noqa: E704
+    def __add__(self, o): return raw.add(self, o)  # noqa: E704
+    def __radd__(self, o): return raw.add(o, self)  # noqa: E704
+    def __sub__(self, o): return raw.subtract(self, o)  # noqa: E704
+    def __rsub__(self, o): return raw.subtract(o, self)  # noqa: E704
+    def __mul__(self, o): return raw.multiply(self, o)  # noqa: E704
+    def __rmul__(self, o): return raw.multiply(o, self)  # noqa: E704
+    def __truediv__(self, o): return raw.divide(self, o)  # noqa: E704
+    def __rtruediv__(self, o): return raw.divide(o, self)  # noqa: E704
+    def __floordiv__(self, o): return raw.floor_divide(self, o)  # noqa: E704
+    def __rfloordiv__(self, o): return raw.floor_divide(o, self)  # noqa: E704
+    def __mod__(self, o): return raw.remainder(self, o)  # noqa: E704
+    def __rmod__(self, o): return raw.remainder(o, self)  # noqa: E704
+    def __pow__(self, o): return raw.power(self, o)  # noqa: E704
+    def __rpow__(self, o): return raw.power(o, self)  # noqa: E704
+    def __matmul__(self, o): return raw.matmul(self, o)  # noqa: E704
+    def __rmatmul__(self, o): return raw.matmul(o, self)  # noqa: E704
+    def __neg__(self): return raw.negative(self)  # noqa: E704
     def __pos__(self): return Array._wrap(self._data)  # noqa: E704  (a new array, as numpy's +x)
-    def __abs__(self): return ops.abs(self)  # noqa: E704
-    def __invert__(self): return ops.bitwise_invert(self)  # noqa: E704
-    def __and__(self, o): return ops.bitwise_and(self, o)  # noqa: E704
-    def __rand__(self, o): return ops.bitwise_and(o, self)  # noqa: E704
-    def __or__(self, o): return ops.bitwise_or(self, o)  # noqa: E704
-    def __ror__(self, o): return ops.bitwise_or(o, self)  # noqa: E704
-    def __xor__(self, o): return ops.bitwise_xor(self, o)  # noqa: E704
-    def __rxor__(self, o): return ops.bitwise_xor(o, self)  # noqa: E704
-    def __lshift__(self, o): return ops.bitwise_left_shift(self, o)  # noqa: E704
-    def __rlshift__(self, o): return ops.bitwise_left_shift(o, self)  # noqa: E704
-    def __rshift__(self, o): return ops.bitwise_right_shift(self, o)  # noqa: E704
-    def __rrshift__(self, o): return ops.bitwise_right_shift(o, self)  # noqa: E704
-    def __eq__(self, o): return ops.equal(self, o)  # type: ignore[override]  # noqa: E704
-    def __ne__(self, o): return ops.not_equal(self, o)  # type: ignore[override]  # noqa: E704
-    def __lt__(self, o): return ops.less(self, o)  # noqa: E704
-    def __le__(self, o): return ops.less_equal(self, o)  # noqa: E704
-    def __gt__(self, o): return ops.greater(self, o)  # noqa: E704
-    def __ge__(self, o): return ops.greater_equal(self, o)  # noqa: E704
+    def __abs__(self): return raw.abs(self)  # noqa: E704
+    def __invert__(self): return raw.bitwise_invert(self)  # noqa: E704
+    def __and__(self, o): return raw.bitwise_and(self, o)  # noqa: E704
+    def __rand__(self, o): return raw.bitwise_and(o, self)  # noqa: E704
+    def __or__(self, o): return raw.bitwise_or(self, o)  # noqa: E704
+    def __ror__(self, o): return raw.bitwise_or(o, self)  # noqa: E704
+    def __xor__(self, o): return raw.bitwise_xor(self, o)  # noqa: E704
+    def __rxor__(self, o): return raw.bitwise_xor(o, self)  # noqa: E704
+    def __lshift__(self, o): return raw.bitwise_left_shift(self, o)  # noqa: E704
+    def __rlshift__(self, o): return raw.bitwise_left_shift(o, self)  # noqa: E704
+    def __rshift__(self, o): return raw.bitwise_right_shift(self, o)  # noqa: E704
+    def __rrshift__(self, o): return raw.bitwise_right_shift(o, self)  # noqa: E704
+    def __eq__(self, o): return raw.equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __ne__(self, o): return raw.not_equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __lt__(self, o): return raw.less(self, o)  # noqa: E704
+    def __le__(self, o): return raw.less_equal(self, o)  # noqa: E704
+    def __gt__(self, o): return raw.greater(self, o)  # noqa: E704
+    def __ge__(self, o): return raw.greater_equal(self, o)  # noqa: E704
 
     # In-place operators update this array object, as in numpy: every name bound to it sees the new
     # value (arrays computed from the old value do not change). The result must keep the shape, and
@@ -152,7 +159,7 @@ class _Methods:
     @property
     def mT(self) -> "Array":  # noqa: N802 - the standard's name
         """The last two axes swapped (a stack of matrices transposed)."""
-        return ops.matrix_transpose(self)
+        return raw.matrix_transpose(self)
 
     def __index__(self) -> int:
         if self.dtype.kind not in "iu" or self.ndim:
@@ -163,9 +170,18 @@ class _Methods:
         return complex(self.item())
 
 
+#: the methods that are one pure op each: taped (``ops/tape.py``) as they are
+TAPED = frozenset(name for name, value in vars(_Methods).items()
+                  if (callable(value) or isinstance(value, property)) and name not in (
+                      "__setitem__", "_inplace", "__pos__", "__array_namespace__", "to_device", "__index__",
+                      "__complex__") and not (name.startswith("__i") and name != "__invert__"))
+
+
 def _attach() -> None:
     for name, value in vars(_Methods).items():
         if name not in ("__module__", "__qualname__", "__dict__", "__weakref__", "__doc__"):
+            if name in TAPED:
+                value = property(taped(value.fget)) if isinstance(value, property) else taped(value)
             setattr(Array, name, value)
     Array._from_host = staticmethod(ops.array)  # what unpickling calls (array._unpickle)
 

@@ -585,7 +585,9 @@ def _wanted(st, args: tuple, kw: dict):
 
 
 def _name(fn: Callable) -> str:
-    return f"lf.{getattr(fn, '__name__', fn)}"
+    """``lf.add``, or ``Array.__add__`` for a method (``_array_methods.py``)."""
+    name = getattr(fn, "__name__", str(fn))
+    return f"Array.{name}" if getattr(fn, "__qualname__", "").startswith("_Methods.") else f"lf.{name}"
 
 
 def _idle(entry) -> None:
