@@ -252,9 +252,9 @@ class Replayer:
 
     def found(self, roots) -> tuple | None:
         """``eval_templates.find``'s answer for ``roots`` after this whole replay, from the tape: its
-        nodes in the template's order (``tape.perm``), the leaves bound to its slots, with the users the
-        recorded graph had at its evaluation and the same nodes held by arrays (the template's key reads
-        whether an array holds a node, not how many do), which matched the template (the nodes'
+        nodes in the template's order (``tape.perm``), the leaves bound to its slots, with the users each
+        node had in the recorded graph at its evaluation and the same nodes held by arrays (the
+        template's key reads whether an array holds a node, not how many do), which matched the template (the nodes'
         primitives, shapes, dtypes, streams and inputs are the recorded ones by construction); None
         when anything differs (an array kept, a node used outside the tape, a leaf not evaluated)."""
         t = self.tape
@@ -264,9 +264,10 @@ class Replayer:
         if len(self.made) != t.made:  # (a node of another thread's, in a race: let the match decide)
             return None
         made = self.made
-        # A node's users only grow while a step is built (evaluations let them go, and end the replay),
-        # so equal sums are equal counts. What the plan reads of the arrays is which nodes have any.
-        if sum(map(_USERS, made)) != t.users:
+        # Every node's users as recorded (not their sum: an op that is not taped, say lf.sort, may read
+        # another intermediate than in the recorded step), and the same nodes held by arrays (what the
+        # template's key reads of them).
+        if list(map(_USERS, made)) != t.users:
             return None
         arrays = list(map(_ARRAYS, made))
         if arrays.count(0) != t.unheld or not all(map(arrays.__getitem__, t.held)):
@@ -545,7 +546,7 @@ class Recorder:
                         else:
                             tape.slot_at.setdefault(s, []).append(p)
                     made = self.made
-                    tape.users = sum(map(_USERS, made))
+                    tape.users = list(map(_USERS, made))
                     tape.held = [k for k, d in enumerate(made) if d.arrays]
                     tape.unheld = len(made) - len(tape.held)
 
