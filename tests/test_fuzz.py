@@ -489,7 +489,7 @@ def test_the_fuzzers_repeated_runs_do_replay_tapes(device):
 
     before = dict(tape.STATS)
     rnd = random.Random(11)
-    for _ in range(12):
+    for _ in range(max(12, PROGRAMS // 25)):  # (more with LANEFLOW_FUZZ_PROGRAMS: 2000 gives 80 programs)
         prog = random_program(rnd)
         prog["steps"] = [s for s in prog["steps"] if s[0] not in ("eval", "async_eval")]
         for rep, (many, refs) in enumerate(run_laneflow(prog, device, prog["streams"], delays=False, repeats=7)):
