@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 15's measurements on a GPU machine, in one device call (about 6 minutes on the H200), after
+# tools/gpu_full.sh has passed: each figure with its peer from the same process where the bench has one.
+#   1. bench gpt2 --peers torch,jax (rows taking turns): the cache-hit target (eager lf.nn vs compiled and
+#      torch graph), the first-call target (uncached vs torch eager); the eager rows' notes count
+#      tape replays and say why a step was not taped (tape_last_failure)
+#   2. tools/probe_tape.py, B=1 and B=8: the tape on against paused in one process (build / eval split),
+#      with cProfile of the evaluations at B=1
+#   3. tools/profile_gpt2.py --nn with the tape on and off (one process each): the split and the plan
+#      cache's counters (tape_last_failure among them)
+#   4. tools/profile_chain.py: the uncached per-command cost (a tiny add chain, fusion off)
+#   5. bench dispatch --peers torch: the uncached per-command target against torch eager
+# Logs go to $OUT (default ./gpu-issue15-out); a short table is printed last. REPEAT (default 40) sets
+# bench gpt2's repeats.
+set -u
+OUT=${OUT:-$PWD/gpu-issue15-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F), $rev" >"$OUT/env.txt"
+
+timeout 300 python3 -m laneflow bench gpt2 --device gpu --peers torch,jax --repeat "${REPEAT:-40}" \
+  >"$OUT/bench-gpt2.log" 2>&1
+echo "bench gpt2 rc=$?" >>"$OUT/env.txt"
+for b in 1 8; do
+  extra=""; [ "$b" = 1 ] && extra="--profile"
+  timeout 120 python3 tools/probe_tape.py --batch $b --rounds 4 --steps 15 $extra >"$OUT/probe-tape-b$b.log" 2>&1
+  echo "probe_tape B=$b rc=$?" >>"$OUT/env.txt"
+done
+for t in 1 0; do
+  LANEFLOW_TAPE=$t timeout 90 python3 tools/profile_gpt2.py --nn --steps 20 >"$OUT/profile-gpt2-tape$t.log" 2>&1
+  echo "profile_gpt2 tape=$t rc=$?" >>"$OUT/env.txt"
+done
+timeout 60 python3 tools/profile_chain.py gpu >"$OUT/profile-chain.log" 2>&1
+echo "profile_chain rc=$?" >>"$OUT/env.txt"
+timeout 150 python3 -m laneflow bench dispatch --device gpu --peers torch >"$OUT/bench-dispatch.log" 2>&1
+echo "bench dispatch rc=$?" >>"$OUT/env.txt"
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.txt)
+
+echo "== env"; cat "$OUT/env.txt"
+echo "== bench gpt2 (B=1 then B=8)"
+grep -E "lf.nn eager |lf.nn compiled  |lf.nn eager, uncached|not taped|torch (eager|graph)|jax jit" "$OUT/bench-gpt2.log" \
+  | grep -v "^ *│ *│" | cut -c1-110
+grep -o "tape_last_failure[^}]*" "$OUT/bench-gpt2.log" | sort | uniq -c | head -5
+echo "== probe_tape"; grep -hE "GPT-2|tape (on|off)" "$OUT"/probe-tape-b*.log
+echo "== profile_gpt2 split"; grep -h "^split" "$OUT"/profile-gpt2-tape*.log | cut -c1-400
+echo "== uncached chain"; grep -hE "per add" "$OUT/profile-chain.log"
+echo "== bench dispatch"; grep -E "uncached, fusion off|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | head -6
