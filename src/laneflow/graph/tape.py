@@ -1,5 +1,6 @@
 """Trace-guided replay, the plan cache's side: which step records a tape, which tapes exist, and what an
-evaluation tells them. The op side (recording a call, replaying one) is ``ops/tape.py``.
+evaluation tells them. The op side is ``ops/tape.py`` (the op wrapper, starting a replay or a
+recording), ``ops/tape_record.py`` (recording a call) and ``ops/tape_replay.py`` (replaying one).
 
 A repeated eager step (a forward evaluated again and again) hits one plan-cache entry each time, and
 Python builds the same graph each time: GPT-2 small calls about 300 ops, each of which checks its

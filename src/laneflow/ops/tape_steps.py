@@ -1,4 +1,4 @@
-"""A tape's calls compiled to Python functions, one per call (``ops/tape.py`` records, this replays).
+"""A tape's calls compiled to Python functions, one per call (``ops/tape_record.py`` records, this replays).
 
 Replaying a recorded call interpreted, reading its record (which arguments are arrays, where they come
 from, which are static, what nodes to make), cost as much as the op it skips: GPT-2 small's ops are
@@ -98,7 +98,7 @@ class Steps:
     """The compiled calls of one tape, each a function made by a factory of its call's shape (the source
     with every number and object a parameter, so GPT-2 small's 308 calls need about 15 compiles, kept
     in :data:`_FACTORIES` for every tape); ``first`` is the first call's function. They read the
-    replay's state from the tape's one :class:`~laneflow.ops.tape.Replayer` (one replay of a tape runs
+    replay's state from the tape's one :class:`~laneflow.ops.tape_replay.Replayer` (one replay of a tape runs
     at a time: the tape state is one slot)."""
 
     __slots__ = ("funcs", "first")

@@ -1,0 +1,193 @@
+"""Trace-guided replay, the replaying side: a recorded step (:class:`Tape`) and its replay
+(:class:`Replayer`), which answers the thread's op calls with the tape's compiled steps
+(``ops/tape_steps.py``) while they match, and gives the evaluation that ends a whole replay its graph
+without a template match (:meth:`Replayer.found`). ``ops/tape.py`` starts replays;
+``ops/tape_record.py`` makes tapes.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter, is_
+from threading import get_ident
+from typing import Any, Callable
+
+from ..defaults import _stack
+from ..graph import eval_templates as _templates
+from ..graph import tape as _g
+from ..graph.node import ArrayData
+from . import tape_steps as _steps
+
+_MISS = _steps.MISS
+_USERS = attrgetter("users")
+_ARRAYS = attrgetter("arrays")
+
+
+class Tape:
+    """A recorded step: its calls, the entry it hits, the stream its first call ran on (and how deep in
+    ``lf.stream`` scopes), its leaves as recorded and their metadata. A leaf is held (a replay's fast
+    check: the same array again, as weights are) until a replay binds another array to its slot (the
+    step's input): then the tape lets the recorded one go."""
+
+    __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses",
+                 "replayer", "steps", "template", "perm", "leaf_base", "slot_at", "users", "held", "unheld", "made")
+
+    def __init__(self, calls: list, entry, leaves: list):
+        self.calls, self.entry, self.leaves = calls, entry, leaves
+        self.stream, self.depth = calls[0].stream, calls[0].depth  # (where a replay may begin)
+        self.leaf_meta = [(d.shape, d.dtype, d.device) for d in leaves]
+        self.leaf_ids = set(map(id, leaves))
+        self.first = calls[0].fn
+        self.misses = 0
+        self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held = self.unheld = None
+        self.made = None  # (Recorder.hit, Replayer.found)
+        self.replayer = Replayer(self)
+        self.steps = _steps.Steps(self, self.replayer)
+
+
+def _passthrough(fn: Callable, args: tuple, kw: dict) -> Any:
+    return fn(*args, **kw)
+
+
+class Replayer:
+    """Answers the thread's op calls from a tape while they match it: ``call`` is the compiled step of
+    the tape's next call (``ops/tape_steps.py``), which checks the call and makes its nodes; ``made``:
+    the nodes made so far, by tape position; ``bound``: the array bound to each leaf slot."""
+
+    __slots__ = ("tape", "thread", "st", "stack", "depth", "call", "done", "made", "bound", "bound_ids", "rebound",
+                 "hosted", "probe", "ok", "diverged", "own", "cut")
+
+    def __init__(self, tape: Tape):
+        self.tape = tape
+        self.made = self.bound = self.stack = self.call = None
+        self.cut = False
+
+    def start(self, thread: int, st) -> None:
+        """A new replay of the tape, by ``thread`` on the stream ``st`` (its current stream, as the
+        stream scopes of ``thread`` say now: ``stack``, ``depth``)."""
+        self.thread, self.st = thread, st
+        self.stack = _stack()
+        self.depth = len(self.stack)
+        self.made = []
+        self.bound = [None] * len(self.tape.leaves)
+        self.bound_ids = set()
+        self.rebound = []  # the slots bound to another array than the recorded one
+        self.done = self.hosted = self.ok = self.diverged = self.own = self.cut = False
+        self.probe = True  # while its first call is tried: a mismatch only says "not this tape"
+        self.call = self.tape.steps.first
+
+    def stop(self) -> None:
+        """Let go of the replay's nodes (they hold the step's buffers: a CUDA graph's output set stays
+        busy while anything holds it)."""
+        self.made = self.bound = self.stack = self.call = None
+
+    def busy(self) -> bool:
+        return True
+
+    def bind(self, slot: int, d: ArrayData) -> bool:
+        """Whether ``d`` may be the leaf of ``slot`` (its first use in this replay, ``d`` not the
+        recorded leaf): evaluated, with the recorded metadata, and no other slot's leaf."""
+        shape, dtype, device = self.tape.leaf_meta[slot]
+        if ((d.prim is not None and d.prim.kind != "constant") or d.shape != shape or d.dtype != dtype
+                or d.device is not device):
+            return False
+        i = id(d)
+        t = self.tape
+        if i in self.bound_ids or i in t.leaf_ids:
+            return False
+        self.bound_ids.add(i)
+        self.rebound.append(slot)
+        if d.prim is not None:
+            self.hosted = True  # (host data, uploaded by the evaluation: not a leaf of the plan yet)
+        old = t.leaves[slot]
+        if old is not None:  # a leaf that changes (the step's input): the tape no longer holds the old one
+            t.leaves[slot] = None
+            t.leaf_ids.discard(id(old))
+            if t.slot_at is not None:
+                for p in t.slot_at.get(slot, ()):
+                    t.leaf_base[p] = None
+        return True
+
+    def diverge(self, fn: Callable, args: tuple, kw: dict) -> Any:
+        """The program left the tape: the rest of the step runs as usual (what was made stays). The
+        replayer stays the state until the step's evaluation, which says whether the tape failed its
+        own plan (a miss) or the step was another program's that starts alike (nothing counted)."""
+        if get_ident() != self.thread:
+            return fn(*args, **kw)
+        if self.probe:
+            return _MISS
+        _g.STATS["tape_divergences"] += 1
+        self.diverged = True
+        self.made = self.bound = None
+        self.call = _passthrough
+        return fn(*args, **kw)
+
+    def abandoned(self) -> bool:
+        """Another thread evaluated: whether that was this replay's step (its nodes evaluated), which
+        ends the replay uncounted (else it would hold the step's values until this thread evaluates).
+        The owner may be inside a step function, which then fails on the emptied fields: ``cut`` tells
+        the op wrapper to run that call as usual."""
+        made = self.made
+        if made is not None and not any(d.prim is None for d in made):
+            return False
+        self.cut = True
+        self.stop()
+        return True
+
+    def hit(self, entry, order: list, leaves: list) -> None:
+        if entry is self.tape.entry:
+            self.own = True
+            self.ok = self.done and not self.diverged
+
+    def found(self, roots) -> tuple | None:
+        """``eval_templates.find``'s answer for ``roots`` after this whole replay, from the tape: its
+        nodes in the template's order (``tape.perm``), the leaves bound to its slots, with the users each
+        node had in the recorded graph at its evaluation and the same nodes held by arrays (the
+        template's key reads whether an array holds a node, not how many do), which matched the template (the nodes'
+        primitives, shapes, dtypes, streams and inputs are the recorded ones by construction); None
+        when anything differs (an array kept, a node used outside the tape, a leaf not evaluated)."""
+        t = self.tape
+        tpl = t.template
+        if not self.done or self.diverged or tpl is None or tpl is not t.entry.template or not t.entry.alive:
+            return None
+        if len(self.made) != t.made:  # (a node of another thread's, in a race: let the match decide)
+            return None
+        made = self.made
+        # Every node's users as recorded (not their sum: an op that is not taped, say lf.sort, may read
+        # another intermediate than in the recorded step), and the same nodes held by arrays (what the
+        # template's key reads of them).
+        if list(map(_USERS, made)) != t.users:
+            return None
+        arrays = list(map(_ARRAYS, made))
+        if arrays.count(0) != t.unheld or not all(map(arrays.__getitem__, t.held)):
+            return None
+        nodes = list(map(made.__getitem__, t.perm))
+        pos = tpl.root_pos
+        if len(roots) != len(pos) or not all(map(is_, roots, map(nodes.__getitem__, pos))):
+            return None
+        if self.hosted:
+            return None
+        # the leaves: the recorded ones and those bound anew (bind kept them evaluated or host data,
+        # and apart from every other leaf)
+        leaves = t.leaf_base.copy()
+        bound, slot_at = self.bound, t.slot_at
+        for slot in self.rebound:
+            for p in slot_at.get(slot, ()):
+                leaves[p] = bound[slot]
+        return tpl, (nodes, leaves, _templates.scalars_of(tpl, nodes))
+
+    def finish(self) -> None:
+        """At the step's evaluation: a replay that gave the tape's plan its graph; a miss when the tape
+        failed its own plan (the plan hit after a divergence, or a whole replay whose graph was
+        another); nothing when a step that started alike diverged into another plan."""
+        t = self.tape
+        self.stop()
+        if self.ok:
+            t.misses = 0
+            _g.STATS["tape_replays"] += 1
+            return
+        if not (self.own or (self.done and not self.diverged)):
+            return
+        t.misses += 1
+        _g.STATS["tape_misses"] += 1
+        if t.misses >= _g.MAX_MISSES:
+            _g.drop(t)
