@@ -114,6 +114,10 @@ def test_a_changed_static_argument_leaves_the_tape_and_gives_the_new_result(tapi
     xn = rng.standard_normal((3, 8))
     np.testing.assert_allclose(_step(st, xn, ws, **change), _np_forward(xn, wn, **change), rtol=1e-12, atol=1e-12)
     assert _delta(before)["tape_divergences"] == 1
+    why = lf.plan_cache_info()["tape_last_divergence"]  # (which call, and why: what a user asks)
+    want = ("Array.__rmul__: an argument differs from the recording" if "scale" in change else
+            "Array.reshape where the tape has Array.__getitem__")  # (the reshape is a call the tape lacks)
+    assert why.startswith("call ") and want in why, why
 
 
 @pytest.mark.parametrize("index", [(Ellipsis, slice(None, 4)), (Ellipsis, slice(None, 5, 2)), (Ellipsis, slice(1, 5)),

@@ -125,7 +125,8 @@ def plan_cache_info() -> dict[str, Any]:
     taken and dropped: ``speculated``, ``speculation_used``, ``speculation_wasted``; tapes recorded,
     steps replayed from a tape, replays left mid-step, and replays that failed their tape's own plan:
     ``tapes_recorded``, ``tape_replays``, ``tape_divergences``, ``tape_misses``; ``tapes`` held; and
-    ``tape_last_failure``: why the last step that could not be taped was not, naming the op)."""
+    ``tape_last_failure``: why the last step that could not be taped was not, naming the op;
+    ``tape_last_divergence``: which call of its tape the last replay left it at, and why)."""
     with _sched.LOCK:
         return eval_cache.info()
 

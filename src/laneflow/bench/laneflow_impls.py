@@ -75,7 +75,7 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
         def run():  # noqa: F811 - the same run, counting what the plan cache did (shown in the note)
             st, sp, tp = eval_cache.STATS, speculate.STATS, tape.STATS
             hits, execs, used, replays = st["hits"], st["executor_runs"], sp["speculation_used"], tp["tape_replays"]
-            failures = tape.FAILURES[0]
+            failures, diverged = tape.FAILURES[0], tp["tape_divergences"]
             y = plain_run()
             counts["runs"] += 1
             counts["hits"] += st["hits"] - hits
@@ -84,6 +84,8 @@ def eager(case: Case, device: Any, program: Callable, inputs: Sequence[np.ndarra
             counts["tape_replays"] += tp["tape_replays"] - replays
             if tape.FAILURES[0] != failures:  # (why this row's step was not taped)
                 counts["tape_last_failure"] = tape.LAST_FAILURE[0]
+            if tp["tape_divergences"] != diverged:  # (where its replay left the tape)
+                counts["tape_last_divergence"] = tape.LAST_DIVERGENCE[0]
             return y
 
     return Impl(label, run, to_host, lanes=lanes, sync=lambda: stream.synchronize(), timer=timer,

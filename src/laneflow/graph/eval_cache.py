@@ -165,7 +165,7 @@ def info() -> dict:
     return {"enabled": ENABLED, "executor_after": EXECUTOR_AFTER, "max_entries": MAX_ENTRIES, "max_bytes": MAX_BYTES,
             "speculate": _spec.ENABLED, "tape": _tape.ENABLED, "entries": len(_entries), "pinned_bytes": _pinned[0],
             **STATS, **_spec.STATS, **_tape.STATS, "tapes": sum(map(len, _tape.TAPES.values())),
-            "tape_last_failure": _tape.LAST_FAILURE[0],
+            "tape_last_failure": _tape.LAST_FAILURE[0], "tape_last_divergence": _tape.LAST_DIVERGENCE[0],
             "executors": sum(1 + len(e.units) for e in _entries.values() if e.plan.unit)}
 
 

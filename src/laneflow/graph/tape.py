@@ -73,6 +73,8 @@ STATS = {"tapes_recorded": 0, "tape_replays": 0, "tape_divergences": 0, "tape_mi
 #: recordings gave none
 LAST_FAILURE: list = [None]
 FAILURES = [0]
+#: where and how the last replay left its tape (None: none did), for ``lf.plan_cache_info()``
+LAST_DIVERGENCE: list = [None]
 #: host reads of array values (``Array._host``): a recorded op that reads values (a boolean mask, a
 #: count) made nodes that depend on them, which its replay would not read again: it is not taped
 HOST_READS = [0]
@@ -171,7 +173,7 @@ def forget(entry) -> None:
 
 
 def clear() -> None:
-    LAST_FAILURE[0] = None
+    LAST_FAILURE[0] = LAST_DIVERGENCE[0] = None
     TAPES.clear()
     FIRSTS.clear()
     WANT.clear()

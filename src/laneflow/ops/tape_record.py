@@ -16,7 +16,7 @@ from ..graph import tape as _g
 from ..graph import tracer as _tracer
 from ..graph.node import ArrayData
 from . import tape_steps as _steps
-from .tape_replay import _USERS, Tape
+from .tape_replay import _USERS, Tape, _name
 
 _STATE = _g.STATE
 _tracing = _tracer.ACTIVE
@@ -316,12 +316,6 @@ def _wanted(st, args: tuple, kw: dict):
                     if w is not None:
                         break
     return w
-
-
-def _name(fn: Callable) -> str:
-    """``lf.add``, or ``Array.__add__`` for a method (``_array_methods.py``)."""
-    name = getattr(fn, "__name__", str(fn))
-    return f"Array.{name}" if getattr(fn, "__qualname__", "").startswith("_Methods.") else f"lf.{name}"
 
 
 def _idle(entry) -> None:

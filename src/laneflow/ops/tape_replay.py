@@ -44,6 +44,12 @@ class Tape:
         self.steps = _steps.Steps(self, self.replayer)
 
 
+def _name(fn: Callable) -> str:
+    """``lf.add``, or ``Array.__add__`` for a method (``_array_methods.py``)."""
+    name = getattr(fn, "__name__", str(fn))
+    return f"Array.{name}" if getattr(fn, "__qualname__", "").startswith("_Methods.") else f"lf.{name}"
+
+
 def _passthrough(fn: Callable, args: tuple, kw: dict) -> Any:
     return fn(*args, **kw)
 
@@ -116,10 +122,24 @@ class Replayer:
         if self.probe:
             return _MISS
         _g.STATS["tape_divergences"] += 1
+        _g.LAST_DIVERGENCE[0] = self._why(fn)
         self.diverged = True
         self.made = self.bound = None
         self.call = _passthrough
         return fn(*args, **kw)
+
+    def _why(self, fn: Callable) -> str:
+        """Where and how the program left the tape (``plan_cache_info()["tape_last_divergence"]``)."""
+        calls, funcs = self.tape.calls, self.tape.steps.funcs
+        n = len(calls)
+        try:
+            k = funcs.index(self.call)
+        except ValueError:  # (past the last step)
+            return f"{_name(fn)}: a call after the tape's last ({n} calls)"
+        if fn is not calls[k].fn:
+            return f"call {k + 1} of {n}: {_name(fn)} where the tape has {_name(calls[k].fn)}"
+        return (f"call {k + 1} of {n}, {_name(fn)}: an argument differs from the recording (a static value, an"
+                f" array's shape, dtype or device, or which earlier result it is), or the stream or thread")
 
     def abandoned(self) -> bool:
         """Another thread evaluated: whether that was this replay's step (its nodes evaluated), which
