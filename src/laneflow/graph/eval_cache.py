@@ -73,7 +73,7 @@ class _Entry:
         self.key: tuple = ()
         self.template = None  # its eval_templates.Template, made at its first hit
         self.alive = True  # False once evicted: a template must not lead to it any more
-        self.uses: tuple | None = None  # (users per node once the graph is let go, reads per leaf, nodes kept): _finish
+        self.uses: tuple | None = None  # (users per node after the graph, reads per leaf, nodes kept): _finish
         self.units: list = []  # executors of the plan besides plan.unit, each bound to other leaves (_unit_for)
         self.missed: list = []  # leaf sets (weak references to their buffers) no executor reads in place
         # speculative launch (graph/speculate.py): the trigger (primitive, stream, leaf slots it reads;

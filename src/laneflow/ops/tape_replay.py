@@ -160,11 +160,12 @@ class Replayer:
 
     def found(self, roots) -> tuple | None:
         """``eval_templates.find``'s answer for ``roots`` after this whole replay, from the tape: its
-        nodes in the template's order (``tape.perm``), the leaves bound to its slots, with the users each
-        node had in the recorded graph at its evaluation and the same nodes held by arrays (the
-        template's key reads whether an array holds a node, not how many do), which matched the template (the nodes'
-        primitives, shapes, dtypes, streams and inputs are the recorded ones by construction); None
-        when anything differs (an array kept, a node used outside the tape, a leaf not evaluated)."""
+        nodes in the template's order (``tape.perm``) and the leaves bound to its slots, when each node
+        has the users it had in the recorded graph at its evaluation and the same nodes are held by
+        arrays (the template's key reads whether an array holds a node, not how many do): that graph
+        matched the template, and the nodes' primitives, shapes, dtypes, streams and inputs are the
+        recorded ones by construction. None when anything differs (an array kept, a node used outside
+        the tape, a leaf not evaluated)."""
         t = self.tape
         tpl = t.template
         if not self.done or self.diverged or tpl is None or tpl is not t.entry.template or not t.entry.alive:
