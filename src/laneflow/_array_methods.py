@@ -180,8 +180,12 @@ TAPED = frozenset(name for name, value in vars(_Methods).items()
 def _attach() -> None:
     for name, value in vars(_Methods).items():
         if name not in ("__module__", "__qualname__", "__dict__", "__weakref__", "__doc__"):
-            if name in TAPED:
-                value = property(taped(value.fget)) if isinstance(value, property) else taped(value)
+            if name in TAPED and isinstance(value, property):
+                value = property(taped(value.fget))
+            elif name in TAPED:
+                value = taped(value)
+                # pickle finds a function by its module and qualified name: this one is Array's
+                value.__module__, value.__qualname__ = Array.__module__, f"Array.{name}"
             setattr(Array, name, value)
     Array._from_host = staticmethod(ops.array)  # what unpickling calls (array._unpickle)
 

@@ -18,6 +18,7 @@ a replay (``ops/tape_replay.py``) or a recording (``ops/tape_record.py``).
 
 from __future__ import annotations
 
+from functools import update_wrapper
 from threading import get_ident
 from typing import Any, Callable
 
@@ -47,9 +48,7 @@ def taped(fn: Callable) -> Callable:
                 return fn(*args, **kw)
             raise
 
-    op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    op.__module__, op.__wrapped__ = fn.__module__, fn  # type: ignore[attr-defined]
-    return op
+    return update_wrapper(op, fn)  # (name, doc, annotations; inspect.signature follows __wrapped__)
 
 
 # -- after an evaluation ---------------------------------------------------------------------------

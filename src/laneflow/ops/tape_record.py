@@ -74,6 +74,7 @@ class Recorder:
     def call(self, fn: Callable, args: tuple, kw: dict) -> Any:
         if get_ident() != self.thread:
             return fn(*args, **kw)
+        known = len(self.leaves)
         note = self._note(fn, args, kw)
         if note is None:
             return self.give_up(fn, args, kw, f"{_name(fn)}: an argument the tape cannot compare (not an array, a"
@@ -85,9 +86,14 @@ class Recorder:
         try:
             r = fn(*args, **kw)
         except BaseException:
+            # A call that raised returned nothing the step can use (the ops are pure): it is not noted,
+            # and the recording goes on (a program may catch it and call another way: duck typing).
+            # Unless it evaluated something on the way, which ended the recording already.
             if _STATE[0] is None:
                 _STATE[0] = self
-            self.give_up(None, (), {}, f"{_name(fn)} raised")
+                for d in self.leaves[known:]:  # (its new leaves are none of the step's)
+                    del self.slots[id(d)]
+                del self.leaves[known:]
             raise
         # it evaluated something or read an array's values (a mask, a count: values the nodes it
         # made depend on, which a replay would not read again), rebound an argument, or returned

@@ -18,6 +18,7 @@ from ..graph.node import ArrayData
 from . import tape_steps as _steps
 
 _MISS = _steps.MISS
+_STATE = _g.STATE
 _USERS = attrgetter("users")
 _ARRAYS = attrgetter("arrays")
 
@@ -121,12 +122,24 @@ class Replayer:
             return fn(*args, **kw)
         if self.probe:
             return _MISS
+        # A call that raises (a program trying a keyword, then another way) made nothing the step
+        # uses: the replay goes on, as the recording did (``Recorder.call``).
+        why = self._why(fn)
+        _STATE[0] = None
+        try:
+            r = fn(*args, **kw)
+        except BaseException:
+            if _STATE[0] is None:
+                _STATE[0] = self
+            raise
+        if _STATE[0] is None:  # (else an evaluation under the call ended the replay already)
+            _STATE[0] = self
         _g.STATS["tape_divergences"] += 1
-        _g.LAST_DIVERGENCE[0] = self._why(fn)
+        _g.LAST_DIVERGENCE[0] = why
         self.diverged = True
         self.made = self.bound = None
         self.call = _passthrough
-        return fn(*args, **kw)
+        return r
 
     def _why(self, fn: Callable) -> str:
         """Where and how the program left the tape (``plan_cache_info()["tape_last_divergence"]``)."""
