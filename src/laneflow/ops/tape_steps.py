@@ -32,14 +32,13 @@ from .primitives import Constant
 MISS = object()
 
 _SCALARS = (type(None), bool, int, str, EllipsisType, np.dtype, Stream, Device)
-_FLAT = (type(None), bool, int, str, EllipsisType)
 _SINGLETONS = (None, Ellipsis, True, False)
 
 
 def plain(v: Any) -> int:
-    """How a static argument is compared at replay: 1 equal value and class, 2 a tuple of plain scalars
-    (equal, and each element of the same class), 3 element by element (:func:`same`); 0: not static
-    data the tape can compare (an array-like, an object of a user's)."""
+    """How a static argument is compared at replay (:func:`_differs`): 1 equal value and class, 3 number
+    by number, bit for bit, or element by element (:func:`same`); 0: not static data the tape can
+    compare (an array-like, an object of a user's)."""
     c = v.__class__
     if c in _SCALARS or isinstance(v, (np.dtype, Stream, Device)) or c is type:
         return 1
@@ -47,9 +46,7 @@ def plain(v: Any) -> int:
         return 3
     if c is tuple or c is list:
         kinds = [plain(x) for x in v]
-        if 0 in kinds:
-            return 0
-        return 2 if c is tuple and all(k == 1 and x.__class__ in _FLAT for k, x in zip(kinds, v)) else 3
+        return 0 if 0 in kinds else 3
     if c is slice:
         return 3 if plain(v.start) and plain(v.stop) and plain(v.step) else 0
     return 0
@@ -140,7 +137,8 @@ def _differs(x: str, v, const, depth: int) -> str:
     microsecond): None, Ellipsis and the bools by identity; ints and strings by class and value;
     floats other than zeros and NaNs by class and value (equal values of those have equal bits);
     tuples and slices element by element (classes first: an element may be an array, whose ``!=`` is
-    elementwise). Anything else calls ``same``."""
+    elementwise); dtypes, streams, devices and classes by class and equality. Anything else calls
+    ``same``."""
     c = v.__class__
     if any(v is s for s in _SINGLETONS):
         return f"{x} is not {v!r}"
@@ -154,6 +152,8 @@ def _differs(x: str, v, const, depth: int) -> str:
         parts = [f"{x}.__class__ is not slice"]
         parts += [_differs(f"{x}.{f}", getattr(v, f), const, depth + 1) for f in ("start", "stop", "step")]
         return f"({' or '.join(parts)})"
+    if plain(v) == 1:
+        return f"({x}.__class__ is not {const(c)} or {x} != {const(v)})"
     return f"not SAME({x}, {const(v)})"
 
 
@@ -219,12 +219,8 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
                 conds.append(f"(e{j} is not R.tape.leaves[{k}] and not R.bind({k}, e{j}))")
             here.setdefault(slot, j)
         env.append(f"e{j}")
-    for pos, sub, v, how in c.static:
-        x = f"v{pos}" if sub is None else f"v{pos}[{sub}]"
-        if how == 1 and not any(v is s for s in _SINGLETONS):
-            conds.append(f"({x}.__class__ is not {const(v.__class__)} or {x} != {const(v)})")
-        else:
-            conds.append(_differs(x, v, const, 0))
+    for pos, sub, v, _ in c.static:
+        conds.append(_differs(f"v{pos}" if sub is None else f"v{pos}[{sub}]", v, const, 0))
     if conds:
         out.append(f"        if {' or '.join(conds)}:")
         out.append(f"            {fail}")
