@@ -778,3 +778,66 @@ def test_taped_methods_pickle_and_keep_their_annotations():
     for m in (lf.Array.sum, lf.Array.reshape, lf.Array.__add__):
         assert pickle.loads(pickle.dumps(m)) is m
     assert typing.get_type_hints(lf.Array.reshape)["return"] is lf.Array
+
+
+def test_a_value_changing_every_step_in_the_tapes_first_call_drops_the_tape(taping):
+    # The tape's first call multiplies by a Python number that changes every step: no replay can start
+    # (its first call never matches), yet every step hits the tape's plan. Those steps are misses, so the
+    # tape is dropped after MAX_MISSES and the divergence note says which call and what to do.
+    st = lf.new_stream(taping, lanes=1)
+    rng = np.random.default_rng(21)
+    wn = rng.standard_normal((8, 8)) * 0.3
+    w = lf.array(wn, stream=st)
+    lf.eval(w)
+
+    def step(xn, s, xp=lf):
+        if xp is lf:
+            x = lf.array(xn, stream=st)
+            lf.eval(x)
+            with lf.stream(st):
+                y = lf.tanh((x * s) @ w).sum(axis=-1)
+            lf.eval(y)
+            return np.asarray(y)
+        return np.tanh((xn * s) @ wn).sum(axis=-1)
+
+    before = _stats()
+    for k in range(4):  # (recorded at the second step, confirmed at the third)
+        xn = rng.standard_normal((3, 8))
+        np.testing.assert_allclose(step(xn, 0.5 + k), step(xn, 0.5 + k, np), rtol=1e-12, atol=1e-12)
+    assert _delta(before)["tapes_recorded"] == 1 and lf.plan_cache_info()["tapes"] == 1
+    before = _stats()
+    for k in range(tape.MAX_MISSES):
+        xn = rng.standard_normal((3, 8))
+        np.testing.assert_allclose(step(xn, 7.0 + k), step(xn, 7.0 + k, np), rtol=1e-12, atol=1e-12)
+    d = _delta(before)
+    assert d["tape_misses"] == tape.MAX_MISSES and d["tape_replays"] == 0, d
+    assert lf.plan_cache_info()["tapes"] == 0  # dropped; the entry records no other
+    why = lf.plan_cache_info()["tape_last_divergence"]
+    assert why.startswith("call 1 of ") and "Array.__mul__" in why and "every step" in why, why
+    xn = rng.standard_normal((3, 8))
+    np.testing.assert_allclose(step(xn, 9.0), step(xn, 9.0, np), rtol=1e-12, atol=1e-12)
+    assert lf.plan_cache_info()["tapes"] == 0 and _delta(before)["tapes_recorded"] == 0
+
+
+def test_a_step_that_only_starts_like_a_tape_is_not_its_miss(taping):
+    # Two programs on one stream start with the same op, the second with another static value: its
+    # failed probe is no miss of the first's tape (its evaluation hits its own plan), which keeps replaying.
+    st = lf.new_stream(taping, lanes=1)
+    rng = np.random.default_rng(22)
+
+    def run(xn, s, extra):
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = lf.tanh(x * s)
+            y = (y + 1.0).sum() if extra else y.sum()
+        lf.eval(y)
+        return float(np.asarray(y))
+
+    before = _stats()
+    for _ in range(8):
+        xn = rng.standard_normal((4, 4))
+        assert run(xn, 2.0, False) == pytest.approx(np.tanh(xn * 2.0).sum(), rel=1e-12)
+        assert run(xn, 3.0, True) == pytest.approx((np.tanh(xn * 3.0) + 1.0).sum(), rel=1e-12)
+    d = _delta(before)
+    assert d["tape_misses"] == 0 and d["tape_replays"] >= 4, d

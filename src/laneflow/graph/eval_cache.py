@@ -346,7 +346,7 @@ def _hit(entry: _Entry, order: list, leaves: list, scalars: list) -> None:
     STATS["hits"] += 1
     entry.hits += 1
     if not EARLY[0]:  # a step taped (graph/tape.py): its recording or replay ends at this hit
-        if _tape.STATE[0] is not None:
+        if _tape.STATE[0] is not None or _tape.PROBED[1]:
             _tape.hit(entry, order, leaves)
         if _tape.untaped(entry):
             _tape.want(entry)

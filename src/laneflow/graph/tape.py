@@ -25,8 +25,10 @@ Life of a tape:
 4. **replay**: after an evaluation, an op call that matches a tape's first call on the same stream
    starts a replayer. A call that does not match leaves the tape (a divergence): the rest of the step
    runs as usual. A miss is a replay that failed the tape's own plan (the plan hit after a divergence,
-   or a whole replay whose graph was another); :data:`MAX_MISSES` in a row drop the tape (the entry
-   does not record again). A step that diverges into another plan is not a miss: two programs that
+   or a whole replay whose graph was another), or a step whose first call did not match the tape's
+   (:data:`PROBED`) and which hit the tape's plan anyway (a Python number that changes every step,
+   passed to the first op); :data:`MAX_MISSES` in a row drop the tape (the entry does not record
+   again: a value that changes every step fails every recording). A step that diverges into another plan is not a miss: two programs that
    start alike on one stream keep the first one's tape, and the other runs untaped.
 
 A recorded call that reads an array's values on the host (a boolean mask, a fill value or repeat
@@ -75,6 +77,10 @@ LAST_FAILURE: list = [None]
 FAILURES = [0]
 #: where and how the last replay left its tape (None: none did), for ``lf.plan_cache_info()``
 LAST_DIVERGENCE: list = [None]
+#: the tapes whose first call the thread's step did not match (thread, tapes): when that step's
+#: evaluation hits one's entry anyway, the tape failed it (a value that changes every step in its first
+#: call, a leaf made another way): a miss (:func:`hit`)
+PROBED: list = [None, ()]
 #: host reads of array values (``Array._host``): a recorded op that reads values (a boolean mask, a
 #: count) made nodes that depend on them, which its replay would not read again: it is not taped
 HOST_READS = [0]
@@ -103,8 +109,25 @@ def hit(entry, order: list, leaves: list) -> None:
     """The evaluation about to run hits ``entry`` with the graph ``order`` over ``leaves``: a recorder
     confirms its tape here, a replayer its replay."""
     s = STATE[0]
-    if s is not None and s.thread == get_ident():
+    me = get_ident()
+    if s is not None and s.thread == me:
         s.hit(entry, order, leaves)
+    if PROBED[1] and PROBED[0] == me:
+        for t in PROBED[1]:
+            if t.entry is entry:
+                LAST_DIVERGENCE[0] = (f"call 1 of {len(t.calls)}, {t.name(0)}: an argument differs from the"
+                                      f" recording in every step (a value that changes each step in the tape's"
+                                      f" first call, say a Python number: pass it as an array)")
+                miss(t)
+
+
+def miss(tape) -> None:
+    """``tape`` failed its own plan: :data:`MAX_MISSES` in a row drop it, and its entry records no
+    other (a recording of the same step would fail the same way)."""
+    tape.misses += 1
+    STATS["tape_misses"] += 1
+    if tape.misses >= MAX_MISSES:
+        drop(tape)
 
 
 def found(roots) -> tuple | None:
@@ -122,6 +145,8 @@ def evaluated() -> None:
     replayer ends, and the next op call of this thread may start another."""
     s = STATE[0]
     me = get_ident()
+    if PROBED[0] == me:
+        PROBED[1] = ()
     if s is not None:
         if s.thread != me:
             if s.busy() and not s.abandoned():
@@ -177,6 +202,7 @@ def clear() -> None:
     TAPES.clear()
     FIRSTS.clear()
     WANT.clear()
+    PROBED[1] = ()
     STATE[0] = None
 
 

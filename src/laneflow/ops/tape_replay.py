@@ -44,6 +44,10 @@ class Tape:
         self.replayer = Replayer(self)
         self.steps = _steps.Steps(self, self.replayer)
 
+    def name(self, k: int) -> str:
+        """The ``k``-th call's op, as a user wrote it (``lf.add``, ``Array.__add__``)."""
+        return _name(self.calls[k].fn)
+
 
 def _name(fn: Callable) -> str:
     """``lf.add``, or ``Array.__add__`` for a method (``_array_methods.py``)."""
@@ -221,7 +225,4 @@ class Replayer:
             return
         if not (self.own or (self.done and not self.diverged)):
             return
-        t.misses += 1
-        _g.STATS["tape_misses"] += 1
-        if t.misses >= _g.MAX_MISSES:
-            _g.drop(t)
+        _g.miss(t)
