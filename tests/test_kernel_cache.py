@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 nvrtc_mod = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
-from laneflow.backends.cuda import nvrtc  # noqa: E402
+from laneflow.backends.cuda import disk_cache, nvrtc  # noqa: E402
 
 try:
     _USABLE = nvrtc_mod.nvrtcVersion()[0] == nvrtc_mod.nvrtcResult.NVRTC_SUCCESS
@@ -30,7 +30,7 @@ def cache(tmp_path, monkeypatch):
     d = tmp_path / "kc"
     monkeypatch.setenv("LANEFLOW_KERNEL_CACHE", str(d))
     monkeypatch.setattr(nvrtc, "_mem", {})
-    monkeypatch.setattr(nvrtc, "_warned", set())
+    monkeypatch.setattr(disk_cache, "_warned", set())
     calls = []
     real = nvrtc._nvrtc
     monkeypatch.setattr(nvrtc, "_nvrtc", lambda *a: (calls.append(a), real(*a))[1])
@@ -59,14 +59,14 @@ def test_a_swapped_image_with_a_recomputed_digest_is_refused(cache):
     k1, img1 = nvrtc.compile(_src(2), CC, "lf_t")
     k2, img2 = nvrtc.compile(_src(3), CC, "lf_t")
     # what the old format allowed: the other kernel's image under this name, with its SHA-256 beside it
-    (d / k1).write_bytes(nvrtc._MAGIC + hashlib.sha256(img2).digest() + img2)
+    (d / k1).write_bytes(disk_cache.MAGIC + hashlib.sha256(img2).digest() + img2)
     # and an entry moved from another name, signed for that name
     assert _again(_src(2)) == (k1, img1) and len(calls) == 3
     (d / k1).write_bytes((d / k2).read_bytes())
     assert _again(_src(2)) == (k1, img1) and len(calls) == 4
     # signed with another key: refused too
     other = os.urandom(32)
-    (d / k1).write_bytes(nvrtc._MAGIC + nvrtc._sign(other, k1, img2) + img2)
+    (d / k1).write_bytes(disk_cache.MAGIC + disk_cache.sign(other, k1, img2) + img2)
     assert _again(_src(2)) == (k1, img1) and len(calls) == 5
 
 
@@ -89,7 +89,7 @@ def test_a_loosened_or_linked_entry_is_refused_with_one_warning(cache):
 
 
 def test_a_loosened_parent_or_a_symlinked_directory_turns_the_cache_off(tmp_path, monkeypatch):
-    monkeypatch.setattr(nvrtc, "_warned", set())
+    monkeypatch.setattr(disk_cache, "_warned", set())
     open_parent = tmp_path / "open"
     open_parent.mkdir()
     os.chmod(open_parent, 0o777)  # writable by others, no sticky bit

@@ -1,6 +1,6 @@
-"""Host cost of the driver calls every laneflow command makes, through cuda-bindings and through ctypes
-(``backends/cuda/fastcall.py`` keeps cuda-bindings: ctypes measured slower), and what a tiny op costs
-laneflow and torch, on one GPU.
+"""Host cost of the driver calls every laneflow command makes, through cuda-bindings, ctypes and the C
+shim (``backends/cuda/cshim.c``, what ``backends/cuda/fastcall.py`` uses when it builds), and what a
+tiny op costs laneflow (with the shim and with ``LANEFLOW_CSHIM=0``) and torch, on one GPU.
 
     python tools/probe_driver_calls.py [--n 20000]
 
@@ -59,11 +59,17 @@ def calls(n: int) -> None:
     from cuda.bindings import driver as cu
 
     import laneflow as lf
-    from laneflow.backends.cuda import fastcall
+    from laneflow.backends.cuda import cshim, fastcall
     from laneflow.runtime.backend import backend_for
 
     ctx = backend_for(lf.gpu).context(0)
     fast, slow = _ctypes(), fastcall._through(cu)
+    mod = cshim.load()
+    kinds = [("cuda-bindings", slow), ("ctypes", fast)]
+    if mod is not None:
+        kinds.append(("C shim", fastcall._shim(mod)))
+    else:
+        print(f"C shim: not built ({cshim.why_not()})")
     st = cu.cuStreamCreate(1)[1]
     h = int(st)
     kern = ctx.modules.get(("probe empty",), lambda: ('extern "C" __global__ void lf_empty(int x) {}\n', "lf_empty", "i"))
@@ -74,11 +80,12 @@ def calls(n: int) -> None:
     def sync():
         cu.cuStreamSynchronize(st)
 
-    for name, c in (("cuda-bindings", slow), ("ctypes", fast)):
-        fn = int(kern.fn) if c is fast else kern.fn
-        s = h if c is fast else st
-        e = evh if c is fast else ev
-        p = poolh if c is fast else pool
+    for name, c in kinds:
+        raw = c is not slow
+        fn = int(kern.fn) if raw else kern.fn
+        s = h if raw else st
+        e = evh if raw else ev
+        p = poolh if raw else pool
         argv = kern._argv_addr
 
         def launch(k):
@@ -152,8 +159,8 @@ def main() -> int:
     else:
         import os
 
-        for part, env in (("calls", {}), ("chain", {}), ("torch", {})):
-            tag = ""
+        for part, env in (("calls", {}), ("chain", {}), ("chain", {"LANEFLOW_CSHIM": "0"}), ("torch", {})):
+            tag = "  (LANEFLOW_CSHIM=0)" if env else "  (C shim if built)"
             p = subprocess.run([sys.executable, __file__, "--part", part, "--n", str(a.n)], capture_output=True,
                                text=True, env={**os.environ, **env})
             for line in (p.stdout + p.stderr).strip().splitlines():

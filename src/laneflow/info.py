@@ -31,10 +31,18 @@ def collect() -> dict:
         out["gpu"] = f"{ctx.name} ({ctx.arch}, {ctx.sm_count} SMs)"
         out["gpu default lanes"] = backend.default_lanes
         out["kernel cache"] = os.environ.get("LANEFLOW_KERNEL_CACHE", "per-user default (see docs/cuda-notes.md)")
+        why = _cshim_why_not()
+        out["driver calls"] = ctx.calls.via + (f" ({why})" if why and ctx.calls.via != "C shim" else "")
         out["tf32 for float32 matmul"] = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
     except Exception as e:  # noqa: BLE001 - the reason is the information
         out["gpu"] = f"not usable: {str(e).splitlines()[0][:160]}"
     return out
+
+
+def _cshim_why_not() -> str | None:
+    from .backends.cuda import cshim  # (only with a usable GPU backend, so cuda-bindings is there)
+
+    return cshim.why_not()
 
 
 def run(args: argparse.Namespace) -> int:

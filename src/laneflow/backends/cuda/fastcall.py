@@ -1,8 +1,9 @@
 """The driver calls every command makes, in one place: a kernel launch, an event record and query, a
 stream wait, a stream-ordered allocation and free, a device copy.
 
-:func:`calls` binds them to the module ``cu`` of ``driver.py`` (the fake driver in tests patches that
-module, so it sees every call). Every function returns the ``CUresult`` as an int (0: success).
+:func:`calls` binds them to the module ``cu`` of ``driver.py``: with the real driver, to the C shim
+(``cshim.py``) when it builds, else through cuda-bindings; the fake driver in tests replaces that module,
+so it sees every call. Every function returns the ``CUresult`` as an int (0: success).
 
 Calling libcuda through ``ctypes`` instead was measured and is slower (H200, 2026-12-02,
 ``tools/probe_driver_calls.py``, log ``docs/perf/probe-driver-calls-h200-2026-12-02.txt``): per call
@@ -14,6 +15,10 @@ argument conversion for an 11-argument launch costs more than cuda-bindings' typ
 from __future__ import annotations
 
 from typing import Any
+
+from cuda.bindings import driver as _real
+
+from . import cshim
 
 
 class Calls:
@@ -40,6 +45,16 @@ def _through(cu) -> Calls:
     c.free = lambda ptr, s: int(cu.cuMemFreeAsync(ptr, s)[0])
     c.copy_dtod = lambda dst, src, n, s: int(cu.cuMemcpyDtoDAsync(dst, src, n, s)[0])
     c.copy_htod = lambda dst, src, n, s: int(cu.cuMemcpyHtoDAsync(dst, src, n, s)[0])
+    c.via = "cuda-bindings"
+    return c
+
+
+def _shim(mod) -> Calls:
+    """The calls straight into the driver (``cshim.c``): each is one C function, no Python frame."""
+    c = Calls()
+    for name in ("launch", "record", "query", "wait_event", "alloc", "free", "copy_dtod", "copy_htod"):
+        setattr(c, name, getattr(mod, name))
+    c.via = "C shim"
     return c
 
 
@@ -50,6 +65,7 @@ def calls(cu: Any) -> Calls:
     """The per-command calls for driver module ``cu`` (``driver.py``'s, which the fake driver patches)."""
     made_for, c = _calls
     if c is None or made_for is not cu:
-        c = _through(cu)
+        mod = cshim.load() if cu is _real else None
+        c = _shim(mod) if mod is not None else _through(cu)
         _calls[0], _calls[1] = cu, c
     return c

@@ -35,11 +35,12 @@ class Kernel:
     """A loaded kernel function with its parameter layout."""
 
     __slots__ = ("fn", "name", "params", "_pack", "_block", "_argv", "_argv_addr", "_dims", "attrs", "_prefix",
-                 "_launch")
+                 "_launch", "_f")
 
     def __init__(self, fn: Any, name: str, params: str, calls: Any):
         self.fn = fn
         self._launch = calls.launch  # the device's per-command driver calls (fastcall.Calls)
+        self._f = int(fn) if calls.via == "C shim" else fn  # (the shim reads a plain int fastest)
         self.name = name
         self.params = params
         fmt, offsets = _layout(params)
@@ -64,7 +65,7 @@ class Kernel:
         pack(self._block, 0, *args)
         gx, gy, gz = grid
         bx, by, bz = block
-        err = self._launch(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
+        err = self._launch(self._f, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
         if err:
             fail(err, f"launching {self.name}")
 
@@ -84,7 +85,7 @@ class Kernel:
             self._pack(self._block, 0, *args)
         gx, gy, gz = grid
         bx, by, bz = block
-        err = self._launch(self.fn, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
+        err = self._launch(self._f, gx, gy, gz, bx, by, bz, smem, stream, self._argv_addr)
         if err:
             fail(err, f"launching {self.name}")
 

@@ -1,0 +1,132 @@
+"""The per-command driver calls from C: ``cshim.c``, built with the system C compiler on first use and
+kept in the signed disk cache (``disk_cache.py``), so later processes only load it.
+
+Why: each command calls the driver a few times (a launch, an allocation, an event record), and through
+cuda-bindings a launch alone costs about 6 us of host time on the H200's host, ctypes more
+(``fastcall.py``). From C, with the parameter block already packed (``kernels/launch.py``), a call is
+the driver's own cost plus one function call.
+
+It is optional: without a C compiler or Python's headers (``python3-dev``), or with
+``LANEFLOW_CSHIM=0``, the calls go through cuda-bindings as before, and :func:`why_not` says why.
+``laneflow info`` shows which path a process uses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from . import disk_cache
+
+NAME = "_laneflow_cshim"  # (the module name cshim.c's init function is made for)
+SOURCE = Path(__file__).with_name("cshim.c")
+DRIVER = "libcuda.so.1"
+
+_lock = threading.Lock()
+_state: dict = {}  # library -> the loaded module, or the reason it is not used (a str)
+
+
+def load(library: str = DRIVER) -> ModuleType | None:
+    """The shim, opened on ``library`` (the driver; a test's stand-in), or None when it cannot be
+    used (:func:`why_not` says why). Built or loaded once per process and library."""
+    got = _state.get(library)
+    if got is None:
+        with _lock:
+            got = _state.get(library)
+            if got is None:
+                try:
+                    got = _open(library)
+                except _NotBuilt as e:
+                    got = str(e)
+                _state[library] = got
+    return None if got.__class__ is str else got
+
+
+def why_not(library: str = DRIVER) -> str | None:
+    """Why the shim is not used for ``library`` (None: it is, or it was not asked for yet)."""
+    got = _state.get(library)
+    return got if got.__class__ is str else None
+
+
+class _NotBuilt(Exception):
+    pass
+
+
+def _open(library: str) -> ModuleType:
+    if os.environ.get("LANEFLOW_CSHIM", "1") == "0":
+        raise _NotBuilt("LANEFLOW_CSHIM=0")
+    image = _image()
+    with tempfile.TemporaryDirectory(prefix="laneflow-cshim-") as d:  # (mode 0700: ours alone)
+        path = os.path.join(d, NAME + _suffix())
+        with open(path, "wb") as f:
+            f.write(image)
+        loader = importlib.machinery.ExtensionFileLoader(NAME, path)
+        spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)  # (dlopen: the file may go once it is mapped)
+    try:
+        mod.init(library)
+    except OSError as e:
+        raise _NotBuilt(f"the driver's entry points were not found ({e})") from None
+    return mod
+
+
+def _suffix() -> str:
+    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+def _key(source: bytes) -> str:
+    """The cache entry's name: the source and the Python it is built for."""
+    h = hashlib.sha256(source)
+    for part in (sys.version, _suffix(), platform.machine()):
+        h.update(b"\0" + part.encode())
+    return "cshim-" + h.hexdigest()[:40]
+
+
+def _image() -> bytes:
+    """The built extension's bytes: from the disk cache, else compiled (and cached)."""
+    source = SOURCE.read_bytes()
+    name = _key(source)
+    d = disk_cache.cache_dir()
+    secret = disk_cache.secret(d) if d is not None else None
+    if secret is not None:
+        image = disk_cache.read(d / name, secret)
+        if image is not None:
+            return image
+    image = _compile()
+    if secret is not None:
+        disk_cache.write(d / name, image, secret)
+    return image
+
+
+def _compile() -> bytes:
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    if not cc or shutil.which(cc[0]) is None:
+        raise _NotBuilt(f"no C compiler ({cc[0] if cc else 'CC is empty'}); set CC to build the driver shim")
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        raise _NotBuilt(f"Python's headers are missing ({include}/Python.h: install python3-dev)")
+    with tempfile.TemporaryDirectory(prefix="laneflow-cshim-build-") as d:
+        out = os.path.join(d, NAME + _suffix())
+        cmd = [*cc, "-shared", "-fPIC", "-O2", "-I", include, str(SOURCE), "-o", out, "-ldl"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise _NotBuilt(f"the C compiler failed to run ({e})") from None
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-3:]
+            raise _NotBuilt(f"building the driver shim failed: {' / '.join(last)}")
+        with open(out, "rb") as f:
+            return f.read()
