@@ -841,3 +841,21 @@ def test_a_step_that_only_starts_like_a_tape_is_not_its_miss(taping):
         assert run(xn, 3.0, True) == pytest.approx((np.tanh(xn * 3.0) + 1.0).sum(), rel=1e-12)
     d = _delta(before)
     assert d["tape_misses"] == 0 and d["tape_replays"] >= 4, d
+
+
+def test_steps_evaluated_with_the_cache_bypassed_are_no_misses(taping):
+    # A bench's uncached row (eval_cache.bypass()) runs the same step between the cached row's: the
+    # replay it gets says nothing of the tape (no plan was looked for), so it is not a miss, and the
+    # tape survives more than MAX_MISSES of them in a row.
+    rng = np.random.default_rng(23)
+    st, ws, wn = _replaying(rng, taping)
+    before = _stats()
+    for _ in range(tape.MAX_MISSES + 2):
+        xn = rng.standard_normal((3, 8))
+        with eval_cache.bypass():
+            np.testing.assert_allclose(_step(st, xn, ws), _np_forward(xn, wn), rtol=1e-12, atol=1e-12)
+    d = _delta(before)
+    assert d["tape_misses"] == 0 and lf.plan_cache_info()["tapes"] == 1, d
+    xn = rng.standard_normal((3, 8))
+    np.testing.assert_allclose(_step(st, xn, ws), _np_forward(xn, wn), rtol=1e-12, atol=1e-12)
+    assert _delta(before)["tape_replays"] == 1

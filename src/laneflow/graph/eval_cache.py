@@ -264,12 +264,13 @@ def schedule(roots) -> None:
     seen before, else one command each. Returns without waiting for the work. The next node made may
     start a step that repeats (``graph/speculate.py``)."""
     with _sched.LOCK:
+        looked = ENABLED and not _bypass[0] and not _building[0]  # (whether a plan may be hit)
         try:
             _schedule(roots)
         finally:
             if not EARLY[0]:  # (an early-launched piece is mid-forward: its next node starts nothing)
                 _spec.evaluated()
-                _tape.evaluated()
+                _tape.evaluated(looked)
 
 
 def _schedule(roots) -> None:

@@ -140,9 +140,11 @@ def found(roots) -> tuple | None:
     return None
 
 
-def evaluated() -> None:
+def evaluated(looked: bool = True) -> None:
     """After every evaluation (``eval_cache.schedule``, under its lock): the thread's recorder or
-    replayer ends, and the next op call of this thread may start another."""
+    replayer ends, and the next op call of this thread may start another. ``looked``: whether the
+    evaluation looked for a plan (not under ``eval_cache.bypass()``); one that did not says nothing
+    of the tape, and ends its recording or replay uncounted."""
     s = STATE[0]
     me = get_ident()
     if PROBED[0] == me:
@@ -152,7 +154,7 @@ def evaluated() -> None:
             if s.busy() and not s.abandoned():
                 return  # another thread is mid-step (this evaluation was not its step's): leave it alone
         else:
-            s.finish()
+            s.finish(looked)
     STATE[0] = ARM[0](me) if ENABLED and (TAPES or WANT) and ARM[0] is not None else None
 
 

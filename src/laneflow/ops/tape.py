@@ -69,7 +69,7 @@ class Armed:
     def abandoned(self) -> bool:
         return True
 
-    def finish(self) -> None:
+    def finish(self, looked: bool = True) -> None:
         pass
 
     def hit(self, entry, order: list, leaves: list) -> None:

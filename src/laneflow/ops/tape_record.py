@@ -289,10 +289,17 @@ class Recorder:
                     tape.held = [k for k, d in enumerate(made) if d.arrays]
                     tape.unheld = len(made) - len(tape.held)
 
-    def finish(self) -> None:
+    def finish(self, looked: bool = True) -> None:
+        """At the step's evaluation: the tape is filed when the step hit the wanted entry; else the
+        recording failed (counted), unless the evaluation did not look for a plan (``looked`` False:
+        under ``eval_cache.bypass()``), which ends it uncounted (the entry stays wanted)."""
         e = self.entry
         if self.calls is None:
             return  # given up (and counted) already
+        if not looked:
+            self.calls = None
+            self.made, self.leaves = [], []
+            return
         t = self.tape
         if t is not None and t.entry.alive and _g.untaped(t.entry):
             _g.unwant(t.entry)

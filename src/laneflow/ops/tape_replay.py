@@ -213,12 +213,15 @@ class Replayer:
                 leaves[p] = bound[slot]
         return tpl, (nodes, leaves, _templates.scalars_of(tpl, nodes))
 
-    def finish(self) -> None:
+    def finish(self, looked: bool = True) -> None:
         """At the step's evaluation: a replay that gave the tape's plan its graph; a miss when the tape
         failed its own plan (the plan hit after a divergence, or a whole replay whose graph was
-        another); nothing when a step that started alike diverged into another plan."""
+        another); nothing when a step that started alike diverged into another plan, or when the
+        evaluation did not look for a plan (``looked`` False: under ``eval_cache.bypass()``)."""
         t = self.tape
         self.stop()
+        if not looked:
+            return
         if self.ok:
             t.misses = 0
             _g.STATS["tape_replays"] += 1
