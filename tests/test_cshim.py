@@ -138,3 +138,30 @@ def test_without_the_shim_the_reason_is_said(tmp_path, fake_lib):
     assert "no C compiler (no-such-compiler-here)" in out, out
     out = _run(f"LIB = {str(tmp_path / 'missing.so')!r}\n" + _WHY, tmp_path)
     assert "entry points were not found" in out and "missing.so" in out, out
+
+
+_BADCC = """#!/bin/sh
+# a compiler that succeeds but whose output this Python cannot load (a cross compiler, another
+# Python's headers): a shared object without the module's init function
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+echo 'int unrelated(void) {{ return 0; }}' > "$out.c" && exec {cc} -shared -fPIC "$out.c" -o "$out"
+"""
+
+
+def test_a_build_that_does_not_load_falls_back_and_is_not_cached(tmp_path, fake_lib):
+    bad = tmp_path / "badcc.sh"
+    bad.write_text(_BADCC.format(cc=_CC))
+    bad.chmod(0o755)
+    out = _run(f"LIB = {fake_lib!r}\n" + _WHY, tmp_path, CC=str(bad))
+    assert "did not load" in out, out
+    assert not [p for p in os.listdir(tmp_path / "kc") if p.startswith("cshim-")]
+    # a signed entry that does not load (here: put there under the right key) is built again and replaced
+    script = (f"LIB = {fake_lib!r}\n" "from laneflow.backends.cuda import cshim, disk_cache\n"
+              "d = disk_cache.cache_dir(); name = cshim._key(cshim.SOURCE.read_bytes())\n"
+              "disk_cache.write(d / name, open(BAD, 'rb').read(), disk_cache.secret(d))\n"
+              "m = cshim.load(LIB)\nassert m is not None and m.query(3) == 0, cshim.why_not(LIB)\n"
+              "assert cshim._load(disk_cache.read(d / name, disk_cache.secret(d))) is not None\nprint('ok')\n")
+    so = tmp_path / "unloadable.so"
+    subprocess.run([str(bad), "-o", str(so)], check=True, timeout=120)
+    assert _run(f"BAD = {str(so)!r}\n" + script, tmp_path).startswith("ok")

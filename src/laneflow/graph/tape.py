@@ -26,9 +26,10 @@ Life of a tape:
    starts a replayer. A call that does not match leaves the tape (a divergence): the rest of the step
    runs as usual. A miss is a replay that failed the tape's own plan (the plan hit after a divergence,
    or a whole replay whose graph was another), or a step whose first call did not match the tape's
-   (:data:`PROBED`) and which hit the tape's plan anyway (a Python number that changes every step,
-   passed to the first op); :data:`MAX_MISSES` in a row drop the tape (the entry does not record
-   again: a value that changes every step fails every recording). A step that diverges into another plan is not a miss: two programs that
+   (:data:`PROBED`) and which hit the tape's plan anyway (a Python number passed to the first op that
+   changed); :data:`MAX_MISSES` in a row drop the tape. The entry does not record again, except after
+   first-call misses (the new constant may stay), up to :data:`MAX_MISSES` tapes: a value that changes
+   every step stops it. A step that diverges into another plan is not a miss: two programs that
    start alike on one stream keep the first one's tape, and the other runs untaped.
 
 A recorded call that reads an array's values on the host (a boolean mask, a fill value or repeat
@@ -79,7 +80,9 @@ FAILURES = [0]
 LAST_DIVERGENCE: list = [None]
 #: the tapes whose first call the thread's step did not match (thread, tapes): when that step's
 #: evaluation hits one's entry anyway, the tape failed it (a value that changes every step in its first
-#: call, a leaf made another way): a miss (:func:`hit`)
+#: call, a leaf made another way): a miss (:func:`hit`). Emptied at every evaluation and when a tape is
+#: dropped or the tape turned off. (A thread that probed and ended before evaluating leaves it set until
+#: the next evaluation: a new thread given the same ident by then could count one miss it did not make.)
 PROBED: list = [None, ()]
 #: host reads of array values (``Array._host``): a recorded op that reads values (a boolean mask, a
 #: count) made nodes that depend on them, which its replay would not read again: it is not taped
@@ -116,18 +119,24 @@ def hit(entry, order: list, leaves: list) -> None:
         for t in PROBED[1]:
             if t.entry is entry:
                 LAST_DIVERGENCE[0] = (f"call 1 of {len(t.calls)}, {t.name(0)}: an argument differs from the"
-                                      f" recording in every step (a value that changes each step in the tape's"
-                                      f" first call, say a Python number: pass it as an array)")
-                miss(t)
+                                      f" recording, in a step that then ran the tape's plan (a value that"
+                                      f" changes between steps, say a Python number, is better passed as an"
+                                      f" array)")
+                miss(t, again=True)
 
 
-def miss(tape) -> None:
-    """``tape`` failed its own plan: :data:`MAX_MISSES` in a row drop it, and its entry records no
-    other (a recording of the same step would fail the same way)."""
+def miss(tape, again: bool = False) -> None:
+    """``tape`` failed its own plan: :data:`MAX_MISSES` in a row drop it. Its entry records no other
+    (a recording of the same step would fail the same way), unless ``again``: the steps differed from
+    the tape in its first call, which a new recording may match (another constant, once for all);
+    the entry then counts it as a failed recording, so one whose first call changes every step stops
+    recording after :data:`MAX_MISSES` tries. A replay that gives a tape its plan clears both counts."""
     tape.misses += 1
     STATS["tape_misses"] += 1
     if tape.misses >= MAX_MISSES:
-        drop(tape)
+        drop(tape, stop=not again)
+        if again and tape.entry.tape is None:
+            tape.entry.tape = tape.tries + 1
 
 
 def found(roots) -> tuple | None:
@@ -147,8 +156,7 @@ def evaluated(looked: bool = True) -> None:
     of the tape, and ends its recording or replay uncounted."""
     s = STATE[0]
     me = get_ident()
-    if PROBED[0] == me:
-        PROBED[1] = ()
+    PROBED[1] = ()  # (whoever evaluated: a probing thread that ended before its step's evaluation lets go)
     if s is not None:
         if s.thread != me:
             if s.busy() and not s.abandoned():
@@ -168,6 +176,8 @@ def file(tape) -> None:
     """A confirmed tape: filed under its first op and stream, latest first. One filed beyond
     :data:`PER_FIRST` there pushes the oldest out, whose entry then records no other (recording
     again would push another out: each recording costs a step's building twice over)."""
+    tries = tape.entry.tape  # (failed recordings before this one: see miss)
+    tape.tries = tries if tries.__class__ is int else 0
     kept = TAPES.setdefault((tape.first, tape.stream), [])
     kept.insert(0, tape)
     for old in kept[PER_FIRST:]:
@@ -180,6 +190,8 @@ def file(tape) -> None:
 
 def drop(tape, stop: bool = True) -> None:
     """``tape`` is no longer offered; ``stop``: its entry records no other."""
+    if tape in PROBED[1]:
+        PROBED[1] = tuple(t for t in PROBED[1] if t is not tape)
     key = (tape.first, tape.stream)
     kept = TAPES.get(key)
     if kept is not None:
@@ -219,5 +231,6 @@ def set_enabled(on: bool) -> None:
     ENABLED = bool(on)
     if not ENABLED:
         STATE[0] = None
+        PROBED[1] = ()
     elif STATE[0] is None and (TAPES or WANT) and ARM[0] is not None:
         STATE[0] = ARM[0](get_ident())  # the next op call may start a replay, as after an evaluation

@@ -29,7 +29,7 @@ class Tape:
     check: the same array again, as weights are) until a replay binds another array to its slot (the
     step's input): then the tape lets the recorded one go."""
 
-    __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses",
+    __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses", "tries",
                  "replayer", "steps", "template", "perm", "leaf_base", "slot_at", "users", "held", "unheld", "made")
 
     def __init__(self, calls: list, entry, leaves: list):
@@ -38,7 +38,7 @@ class Tape:
         self.leaf_meta = [(d.shape, d.dtype, d.device) for d in leaves]
         self.leaf_ids = set(map(id, leaves))
         self.first = calls[0].fn
-        self.misses = 0
+        self.misses = self.tries = 0
         self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held = self.unheld = None
         self.made = None  # (Recorder.hit, Replayer.found)
         self.replayer = Replayer(self)
@@ -223,7 +223,7 @@ class Replayer:
         if not looked:
             return
         if self.ok:
-            t.misses = 0
+            t.misses = t.tries = 0
             _g.STATS["tape_replays"] += 1
             return
         if not (self.own or (self.done and not self.diverged)):

@@ -50,6 +50,8 @@ def load(library: str = DRIVER) -> ModuleType | None:
                     got = _open(library)
                 except _NotBuilt as e:
                     got = str(e)
+                except Exception as e:  # noqa: BLE001 - any failure means the cuda-bindings path, said why
+                    got = f"the driver shim did not load ({type(e).__name__}: {str(e)[:200]})"
                 _state[library] = got
     return None if got.__class__ is str else got
 
@@ -65,9 +67,36 @@ class _NotBuilt(Exception):
 
 
 def _open(library: str) -> ModuleType:
+    """The shim from the disk cache, else built (and cached once it has loaded: a build that does not
+    load is never kept), opened on ``library``."""
     if os.environ.get("LANEFLOW_CSHIM", "1") == "0":
         raise _NotBuilt("LANEFLOW_CSHIM=0")
-    image = _image()
+    source = SOURCE.read_bytes()
+    name = _key(source)
+    d = disk_cache.cache_dir()
+    secret = disk_cache.secret(d) if d is not None else None
+    mod = None
+    if secret is not None:
+        image = disk_cache.read(d / name, secret)
+        if image is not None:
+            try:
+                mod = _load(image)
+            except ImportError:
+                mod = None  # (an entry this Python cannot load: built again, and replaced)
+    if mod is None:
+        image = _compile()
+        mod = _load(image)
+        if secret is not None:
+            disk_cache.write(d / name, image, secret)
+    try:
+        mod.init(library)
+    except OSError as e:
+        raise _NotBuilt(f"the driver's entry points were not found ({e})") from None
+    return mod
+
+
+def _load(image: bytes) -> ModuleType:
+    """The extension module in ``image`` (written to a private temporary directory, loaded, removed)."""
     with tempfile.TemporaryDirectory(prefix="laneflow-cshim-") as d:  # (mode 0700: ours alone)
         path = os.path.join(d, NAME + _suffix())
         with open(path, "wb") as f:
@@ -76,10 +105,8 @@ def _open(library: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
         mod = importlib.util.module_from_spec(spec)
         loader.exec_module(mod)  # (dlopen: the file may go once it is mapped)
-    try:
-        mod.init(library)
-    except OSError as e:
-        raise _NotBuilt(f"the driver's entry points were not found ({e})") from None
+    if not hasattr(mod, "init"):
+        raise ImportError("the built module has no init (another source or compiler?)")
     return mod
 
 
@@ -87,32 +114,20 @@ def _suffix() -> str:
     return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 
+def _cc() -> str:
+    return os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+
+
 def _key(source: bytes) -> str:
-    """The cache entry's name: the source and the Python it is built for."""
+    """The cache entry's name: the source, the Python it is built for, and the compiler command."""
     h = hashlib.sha256(source)
-    for part in (sys.version, _suffix(), platform.machine()):
+    for part in (sys.version, _suffix(), platform.machine(), _cc()):
         h.update(b"\0" + part.encode())
     return "cshim-" + h.hexdigest()[:40]
 
 
-def _image() -> bytes:
-    """The built extension's bytes: from the disk cache, else compiled (and cached)."""
-    source = SOURCE.read_bytes()
-    name = _key(source)
-    d = disk_cache.cache_dir()
-    secret = disk_cache.secret(d) if d is not None else None
-    if secret is not None:
-        image = disk_cache.read(d / name, secret)
-        if image is not None:
-            return image
-    image = _compile()
-    if secret is not None:
-        disk_cache.write(d / name, image, secret)
-    return image
-
-
 def _compile() -> bytes:
-    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    cc = shlex.split(_cc())
     if not cc or shutil.which(cc[0]) is None:
         raise _NotBuilt(f"no C compiler ({cc[0] if cc else 'CC is empty'}); set CC to build the driver shim")
     include = sysconfig.get_paths()["include"]

@@ -25,6 +25,7 @@ import hmac
 import os
 import stat
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -76,14 +77,19 @@ def _check_owner_chain(path: Path) -> None:
 
 
 _secrets: dict = {}
+_secret_lock = threading.Lock()
 
 
 def secret(d: Path) -> bytes | None:
     """The per-user secret that signs the entries, created once (mode 0600) and read once per
-    directory per process; None when unusable."""
+    directory per process; None when unusable. (Under a lock: NVRTC and the shim may ask at once,
+    and a read while another thread creates the key would find it empty.)"""
     k = _secrets.get(d)
     if k is None:
-        k = _secrets[d] = _load_secret(d)
+        with _secret_lock:
+            k = _secrets.get(d)
+            if k is None:
+                k = _secrets[d] = _load_secret(d)
     return k or None
 
 
