@@ -62,6 +62,26 @@ static int nargs_is(Py_ssize_t n, Py_ssize_t want, const char *name) {
     return -1;
 }
 
+/* The call's arguments, all unsigned 64-bit values, into v[0..want). */
+static int parse(PyObject *const *a, Py_ssize_t n, Py_ssize_t want, const char *name, unsigned long long *v) {
+    if (nargs_is(n, want, name))
+        return -1;
+    for (Py_ssize_t i = 0; i < want; i++)
+        if (u64(a[i], &v[i]))
+            return -1;
+    return 0;
+}
+
+/* Call the driver entry point fp (expr calls it) without the GIL and return its CUresult. */
+#define CALL(fp, expr)                                                                                  \
+    do {                                                                                                \
+        if (fp == NULL)                                                                                 \
+            return PyLong_FromLong(NOT_INITIALIZED);                                                    \
+        CUresult r_;                                                                                    \
+        Py_BEGIN_ALLOW_THREADS r_ = expr;                                                               \
+        Py_END_ALLOW_THREADS return PyLong_FromLong(r_);                                                \
+    } while (0)
+
 /* launch(f, gx, gy, gz, bx, by, bz, smem, stream, argv) -> CUresult; argv: the address of the kernel's
  * parameter pointer array (kernels/launch.py packs it). */
 static PyObject *launch(PyObject *self, PyObject *const *a, Py_ssize_t n) {
@@ -74,66 +94,42 @@ static PyObject *launch(PyObject *self, PyObject *const *a, Py_ssize_t n) {
             return NULL;
     if (u64(a[8], &s) || u64(a[9], &argv))
         return NULL;
-    if (p_launch == NULL)
-        return PyLong_FromLong(NOT_INITIALIZED);
-    CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_launch((P)f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], (P)s, (P *)argv, NULL);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    CALL(p_launch, p_launch((P)f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], (P)s, (P *)argv, NULL));
 }
 
 /* record(event, stream) -> CUresult */
 static PyObject *record(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    unsigned long long e, s;
-    if (nargs_is(n, 2, "record") || u64(a[0], &e) || u64(a[1], &s))
+    unsigned long long v[2];
+    if (parse(a, n, 2, "record", v))
         return NULL;
-    if (p_record == NULL)
-        return PyLong_FromLong(NOT_INITIALIZED);
-    CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_record((P)e, (P)s);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    CALL(p_record, p_record((P)v[0], (P)v[1]));
 }
 
 /* query(event) -> CUresult (0 done, 600 not ready) */
 static PyObject *query(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    unsigned long long e;
-    if (nargs_is(n, 1, "query") || u64(a[0], &e))
+    unsigned long long v[1];
+    if (parse(a, n, 1, "query", v))
         return NULL;
-    if (p_query == NULL)
-        return PyLong_FromLong(NOT_INITIALIZED);
-    CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_query((P)e);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    CALL(p_query, p_query((P)v[0]));
 }
 
 /* wait_event(stream, event) -> CUresult */
 static PyObject *wait_event(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    unsigned long long s, e;
-    if (nargs_is(n, 2, "wait_event") || u64(a[0], &s) || u64(a[1], &e))
+    unsigned long long v[2];
+    if (parse(a, n, 2, "wait_event", v))
         return NULL;
-    if (p_wait == NULL)
-        return PyLong_FromLong(NOT_INITIALIZED);
-    CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_wait((P)s, (P)e, 0);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    CALL(p_wait, p_wait((P)v[0], (P)v[1], 0));
 }
 
 /* alloc(nbytes, pool, stream) -> (CUresult, pointer or 0) */
 static PyObject *alloc(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    unsigned long long nbytes, pool, s, ptr = 0;
-    if (nargs_is(n, 3, "alloc") || u64(a[0], &nbytes) || u64(a[1], &pool) || u64(a[2], &s))
+    unsigned long long v[3], ptr = 0;
+    if (parse(a, n, 3, "alloc", v))
         return NULL;
     CUresult r = NOT_INITIALIZED;
     if (p_alloc != NULL) {
         Py_BEGIN_ALLOW_THREADS
-        r = p_alloc(&ptr, (size_t)nbytes, (P)pool, (P)s);
+        r = p_alloc(&ptr, (size_t)v[0], (P)v[1], (P)v[2]);
         Py_END_ALLOW_THREADS
     }
     return Py_BuildValue("(iK)", r, r ? 0ULL : ptr);
@@ -141,46 +137,26 @@ static PyObject *alloc(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 
 /* free(pointer, stream) -> CUresult */
 static PyObject *free_(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    unsigned long long ptr, s;
-    if (nargs_is(n, 2, "free") || u64(a[0], &ptr) || u64(a[1], &s))
+    unsigned long long v[2];
+    if (parse(a, n, 2, "free", v))
         return NULL;
-    if (p_free == NULL)
-        return PyLong_FromLong(NOT_INITIALIZED);
-    CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_free(ptr, (P)s);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    CALL(p_free, p_free(v[0], (P)v[1]));
 }
 
 /* copy_dtod(dst, src, nbytes, stream) -> CUresult */
 static PyObject *copy_dtod(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    unsigned long long dst, src, nbytes, s;
-    if (nargs_is(n, 4, "copy_dtod") || u64(a[0], &dst) || u64(a[1], &src) || u64(a[2], &nbytes) ||
-        u64(a[3], &s))
+    unsigned long long v[4];
+    if (parse(a, n, 4, "copy_dtod", v))
         return NULL;
-    if (p_dtod == NULL)
-        return PyLong_FromLong(NOT_INITIALIZED);
-    CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_dtod(dst, src, (size_t)nbytes, (P)s);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    CALL(p_dtod, p_dtod(v[0], v[1], (size_t)v[2], (P)v[3]));
 }
 
 /* copy_htod(dst, host address, nbytes, stream) -> CUresult */
 static PyObject *copy_htod(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    unsigned long long dst, src, nbytes, s;
-    if (nargs_is(n, 4, "copy_htod") || u64(a[0], &dst) || u64(a[1], &src) || u64(a[2], &nbytes) ||
-        u64(a[3], &s))
+    unsigned long long v[4];
+    if (parse(a, n, 4, "copy_htod", v))
         return NULL;
-    if (p_htod == NULL)
-        return PyLong_FromLong(NOT_INITIALIZED);
-    CUresult r;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_htod(dst, (const void *)(uintptr_t)src, (size_t)nbytes, (P)s);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    CALL(p_htod, p_htod(v[0], (const void *)(uintptr_t)v[1], (size_t)v[2], (P)v[3]));
 }
 
 /* init(library) -> None: opens the driver library (libcuda.so.1; a test's stand-in) and finds the
@@ -237,6 +213,6 @@ static PyMethodDef methods[] = {
      "copy_htod(dst, host_address, nbytes, stream) -> CUresult"},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_laneflow_cshim", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_laneflow_cshim", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__laneflow_cshim(void) { return PyModule_Create(&module); }
