@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's measurements on a GPU machine, in one device call (about 6 minutes on the H200), after
+# Issue 15's measurements on a GPU machine, in one device call (steps 1-5 took 2 minutes on the H200), after
 # tools/gpu_full.sh has passed: each figure with its peer from the same process where the bench has one.
 #   1. bench gpt2 --peers torch,jax (rows taking turns): the cache-hit target (eager lf.nn vs compiled and
 #      torch graph), the first-call target (uncached vs torch eager); the eager rows' notes count
@@ -10,13 +10,17 @@
 #      cache's counters (tape_last_failure among them)
 #   4. tools/profile_chain.py: the uncached per-command cost (a tiny add chain, fusion off)
 #   5. bench dispatch --peers torch: the uncached per-command target against torch eager
+#   6. tools/probe_driver_calls.py --part chain, the C shim against LANEFLOW_CSHIM=0, two rounds taking
+#      turns (one process each: the host drifts between processes)
+#   7. bench gpt2 --order sequential (SEQ=1, the default; SEQ=0 skips it): the same rows one at a time,
+#      against step 1's rows taking turns
 # Logs go to $OUT (default ./gpu-issue15-out); a short table is printed last. REPEAT (default 40) sets
 # bench gpt2's repeats.
 set -u
 OUT=${OUT:-$PWD/gpu-issue15-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+rev=${REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # (REV=...: the device's copy may lag)
 echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F), $rev" >"$OUT/env.txt"
 
 timeout 300 python3 -m laneflow bench gpt2 --device gpu --peers torch,jax --repeat "${REPEAT:-40}" \
@@ -35,6 +39,18 @@ timeout 60 python3 tools/profile_chain.py gpu >"$OUT/profile-chain.log" 2>&1
 echo "profile_chain rc=$?" >>"$OUT/env.txt"
 timeout 150 python3 -m laneflow bench dispatch --device gpu --peers torch >"$OUT/bench-dispatch.log" 2>&1
 echo "bench dispatch rc=$?" >>"$OUT/env.txt"
+for i in 1 2; do
+  for c in 1 0; do
+    LANEFLOW_CSHIM=$c timeout 60 python3 tools/probe_driver_calls.py --part chain --n 20000 \
+      | sed "s/$/  LANEFLOW_CSHIM=$c round $i/" >>"$OUT/chain-ab.log" 2>&1
+  done
+done
+echo "chain A/B rc=$?" >>"$OUT/env.txt"
+if [ "${SEQ:-1}" = 1 ]; then
+  timeout 300 python3 -m laneflow bench gpt2 --device gpu --peers torch,jax --repeat "${REPEAT:-40}" \
+    --order sequential >"$OUT/bench-gpt2-sequential.log" 2>&1
+  echo "bench gpt2 sequential rc=$?" >>"$OUT/env.txt"
+fi
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.txt)
 
 echo "== env"; cat "$OUT/env.txt"
@@ -46,3 +62,9 @@ echo "== probe_tape"; grep -hE "GPT-2|tape (on|off)" "$OUT"/probe-tape-b*.log
 echo "== profile_gpt2 split"; grep -h "^split" "$OUT"/profile-gpt2-tape*.log | cut -c1-400
 echo "== uncached chain"; grep -hE "per add" "$OUT/profile-chain.log"
 echo "== bench dispatch"; grep -E "uncached, fusion off|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | head -6
+echo "== chain, C shim A/B"; cat "$OUT/chain-ab.log"
+if [ -f "$OUT/bench-gpt2-sequential.log" ]; then
+  echo "== bench gpt2 --order sequential"
+  grep -E "lf.nn eager |lf.nn compiled  |lf.nn eager, uncached|torch (eager|graph)|jax jit" \
+    "$OUT/bench-gpt2-sequential.log" | grep -v "^ *│ *│" | cut -c1-110
+fi
