@@ -10,7 +10,7 @@ import pytest
 
 import laneflow as lf
 from laneflow.bench.floors import Floors
-from laneflow.bench.harness import Case, Impl, Spread, measure, run_impl, run_interleaved
+from laneflow.bench.harness import Case, Impl, Spread, first_call, measure, run_impl, run_interleaved
 from laneflow.bench.report import print_results, write_json
 from laneflow.bench.runner import Context
 
@@ -72,6 +72,23 @@ def test_run_impl_records_errors_and_keeps_going():
         raise RuntimeError("kernel exploded")
     r = run_impl(tiny_case(), Impl("broken", boom), repeat=3)
     assert r.status == "error" and "kernel exploded" in r.error and r.times == []
+
+
+def test_a_first_call_row_is_one_checked_sample_of_the_first_run():
+    # laneflow's and each peer's "..., first call" rows: the very first run, alone, with its sync;
+    # checked like any row; an error is the row's, and the impl is closed either way
+    case = tiny_case()
+    calls, synced, closed = [], [], []
+    x = case.inputs["x"]
+    impl = Impl("first", lambda: calls.append(1) or x + len(calls), sync=lambda: synced.append(1),
+                close=lambda: closed.append(1))
+    res = first_call(case, impl)
+    assert len(calls) == 1 and len(res.times) == 1 and res.times[0] >= 0 and res.matches
+    assert len(synced) == 2 and closed == [1] and res.timer == "host"
+    wrong = first_call(case, Impl("wrong", lambda: x + 2))
+    assert wrong.matches is False
+    bad = first_call(case, Impl("bad", lambda: 1 / 0, close=lambda: closed.append(1)))
+    assert "ZeroDivisionError" in bad.error and closed == [1, 1]
 
 
 def test_interleaved_rows_take_turns_and_one_failing_row_leaves_the_others_running():

@@ -288,6 +288,28 @@ def _close(impl: Impl) -> None:
         pass
 
 
+FIRST_CALL_NOTE = "one sample: the first forward of these shapes in this process"
+
+
+def first_call(case: Case, impl: Impl, floors: Any = None) -> Result:
+    """One sample of ``impl``'s first run, timed on the host from before the call to after its sync
+    (compiles, plans and set-up included: what a new shape costs), and checked. Rows named "..., first
+    call" of laneflow and of its peers, so each is compared with its like."""
+    res = _new_result(case, impl, floors)
+    res.timer = "host"
+    try:
+        impl.sync()
+        t = time.perf_counter()
+        out = impl.run()
+        impl.sync()
+        _check(res, case, impl, [time.perf_counter() - t], out)
+    except Exception as e:  # noqa: BLE001 - a failing row is reported, not fatal
+        _failed(res, e)
+    finally:
+        _close(impl)
+    return res
+
+
 def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
              floors: Any = None) -> Result:
     """Time one impl on one case and check its output. Exceptions become the result's ``error``."""

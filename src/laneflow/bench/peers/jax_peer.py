@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...models import gpt2 as model
-from ..harness import Impl
+from ..harness import FIRST_CALL_NOTE, Impl, first_call
 from . import PeerUnavailable, require
 
 
@@ -124,7 +124,9 @@ def gpt2(case, device, lanes):
     ids = jax.device_put(case.inputs["ids"], dev)
     ops = model.plain_ops(jax.numpy, softmax=jax.nn.softmax)
     f = jax.jit(lambda params, ids: model.forward(params, ids, cfg, ops))
-    return [_impl(jax, "jit", lambda: f(params, ids), lanes=1, note="the same forward on jax.numpy")]
+    # (first: the trace and compile of these shapes, as laneflow's and torch's first-call rows)
+    return [first_call(case, _impl(jax, "jit, first call", lambda: f(params, ids), lanes=1, note=FIRST_CALL_NOTE)),
+            _impl(jax, "jit", lambda: f(params, ids), lanes=1, note="the same forward on jax.numpy")]
 
 
 def decode(case, device, lanes):

@@ -13,7 +13,9 @@ eager`` on 1 and on several lanes (later calls, one ``lf.eval`` each; a cache hi
 compiled`` (``lf.compile`` with the weights as arguments), ``... weights captured`` (closed over) and
 ``... ids from a device op`` (see :func:`_device_ids`);
 then torch (transformers' ``GPT2LMHeadModel``, sdpa attention, eager and a CUDA graph), jax (``jax.jit``
-of the same numpy-style forward), mlx (eager and ``mx.compile``) and numpy (CPU), where importable.
+of the same numpy-style forward), mlx (eager and ``mx.compile``) and numpy (CPU), where importable;
+torch and jax also show their first call (``harness.first_call``: the first forward of these shapes,
+jax's trace and compile included), the peer of laneflow's.
 
 Checks: every row's logits against a float32 numpy reference written independently of the model
 (:func:`laneflow.models.gpt2.reference_forward`), within 5e-2 x max |logit| for bfloat16 (8 mantissa
@@ -30,7 +32,6 @@ small), the ids read and the logits written; ``flops`` its matrix products.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -39,7 +40,7 @@ import laneflow as lf
 from ...graph import speculate
 from ...models import gpt2 as model
 from .. import laneflow_impls as lfi
-from ..harness import Case, Result, compare, skipped, suite
+from ..harness import FIRST_CALL_NOTE, Case, Impl, Result, compare, first_call, skipped, suite
 from ..peers import PeerUnavailable
 from .common import SEED, dtype
 
@@ -137,29 +138,24 @@ def _device_ids(case: Case, ctx, make, ids: np.ndarray, weights: list):
 
 def _first_call(case: Case, device, floors, program, inputs) -> Result:
     """The first forward of these shapes on a fresh stream, timed alone (one sample), and checked."""
-    label = "laneflow eager, first call"
-    res = Result(case.suite, case.name, label, lanes=1, bytes=case.bytes, flops=case.flops,
-                 note="one sample: the first forward of these shapes in this process")
-    res.floor_bytes_s, res.floor_flops_s = floors.floor(case)
-    s = None
     try:
         s = lf.new_stream(device, lanes=1)
         args = [lf.array(a, stream=s) for a in inputs]
         lf.eval(*args)
         s.synchronize()
-        t0 = time.perf_counter()
+    except Exception as e:  # noqa: BLE001 - a failing row is reported, not fatal
+        res = skipped(case, "laneflow eager, first call", "", lanes=1)
+        res.skipped, res.error = None, f"{type(e).__name__}: {e}"[:300]
+        return res
+
+    def run():
         with lf.stream(s):
             y = program(*args)
         lf.eval(y)
-        s.synchronize()
-        res.times = [time.perf_counter() - t0]
-        _judge(res, compare(np.asarray(y), case.reference), case.tolerance_scale())
-    except Exception as e:  # noqa: BLE001 - a failing row is reported, not fatal
-        res.error = f"{type(e).__name__}: {e}"[:300]
-    finally:
-        if s is not None:
-            s.close()
-    return res
+        return y
+
+    return first_call(case, Impl("laneflow eager, first call", run, lanes=1, sync=s.synchronize, close=s.close,
+                                 note=FIRST_CALL_NOTE), floors)
 
 
 def _transformers_check(case: Case, device, cfg: model.GPT2Config, weights: dict, ids: np.ndarray,
