@@ -95,16 +95,16 @@ def test_a_loosened_parent_or_a_symlinked_directory_turns_the_cache_off(tmp_path
     os.chmod(open_parent, 0o777)  # writable by others, no sticky bit
     monkeypatch.setenv("LANEFLOW_KERNEL_CACHE", str(open_parent / "kc"))
     with pytest.warns(RuntimeWarning, match="writable by other users"):
-        assert nvrtc.cache_dir() is None
+        assert disk_cache.cache_dir() is None
     os.chmod(open_parent, 0o1777)  # sticky, as /tmp: others cannot rename or remove our entries
-    assert nvrtc.cache_dir() == open_parent / "kc"
+    assert disk_cache.cache_dir() == open_parent / "kc"
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     link = tmp_path / "link"
     link.symlink_to(real)
     monkeypatch.setenv("LANEFLOW_KERNEL_CACHE", str(link))
     with pytest.warns(RuntimeWarning, match="symbolic link"):
-        assert nvrtc.cache_dir() is None
+        assert disk_cache.cache_dir() is None
     monkeypatch.setattr(nvrtc, "_mem", {})
     k, img = nvrtc.compile(_src(5), CC, "lf_t")  # still compiles, from memory only
     assert img and not (real / k).exists()

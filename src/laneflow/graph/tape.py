@@ -134,9 +134,7 @@ def miss(tape, again: bool = False) -> None:
     tape.misses += 1
     STATS["tape_misses"] += 1
     if tape.misses >= MAX_MISSES:
-        drop(tape, stop=not again)
-        if again and tape.entry.tape is None:
-            tape.entry.tape = tape.tries + 1
+        drop(tape, leave=tape.tries + 1 if again else False)
 
 
 def found(roots) -> tuple | None:
@@ -188,8 +186,9 @@ def file(tape) -> None:
     _firsts()
 
 
-def drop(tape, stop: bool = True) -> None:
-    """``tape`` is no longer offered; ``stop``: its entry records no other."""
+def drop(tape, leave=False) -> None:
+    """``tape`` is no longer offered; its entry's ``tape`` becomes ``leave``: False (it records no
+    other), None (it may record again), or a count of failed recordings (see :func:`untaped`)."""
     if tape in PROBED[1]:
         PROBED[1] = tuple(t for t in PROBED[1] if t is not tape)
     key = (tape.first, tape.stream)
@@ -200,13 +199,13 @@ def drop(tape, stop: bool = True) -> None:
             del TAPES[key]
             _firsts()
     if tape.entry.tape is tape:
-        tape.entry.tape = False if stop else None
+        tape.entry.tape = leave
 
 
 def forget(entry) -> None:
     """An evicted or cleared entry: its tape goes, and it is no longer wanted."""
     if not untaped(entry) and entry.tape is not False:
-        drop(entry.tape, stop=False)
+        drop(entry.tape, leave=None)
     entry.tape = None
     unwant(entry)
 

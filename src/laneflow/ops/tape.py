@@ -86,7 +86,7 @@ class Armed:
         if (fn not in _g.FIRSTS and not _g.WANT) or _tracing[0] or _early.EVERY:
             return fn(*args, **kw)  # (no tape starts with this op, none is wanted: an eval per op costs no more)
         st = current_stream()
-        failed = None
+        failed = []
         for t in _g.TAPES.get((fn, st), ()):
             if not st._closed:
                 rp = t.replayer
@@ -101,8 +101,8 @@ class Armed:
                     return r
                 rp.stop()
                 _STATE[0] = None
-                failed = [t] if failed is None else failed + [t]
-        if failed is not None:  # (a miss if the step's evaluation hits such a tape's entry: graph/tape.hit)
+                failed.append(t)
+        if failed:  # (a miss if the step's evaluation hits such a tape's entry: graph/tape.hit)
             _g.PROBED[0], _g.PROBED[1] = me, failed
         w = _wanted(st, args, kw)
         if w is not None and w.alive:

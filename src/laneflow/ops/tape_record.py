@@ -296,16 +296,12 @@ class Recorder:
         e = self.entry
         if self.calls is None:
             return  # given up (and counted) already
-        if not looked:
-            self.calls = None
-            self.made, self.leaves = [], []
-            return
         t = self.tape
-        if t is not None and t.entry.alive and _g.untaped(t.entry):
+        if looked and t is not None and t.entry.alive and _g.untaped(t.entry):
             _g.unwant(t.entry)
             _g.file(t)
             _IDLE[0] = 0
-        else:
+        elif looked:
             _g.FAILURES[0] += 1
             _g.LAST_FAILURE[0] = ("the step's evaluation hit no plan-cache entry without a tape, or its graph"
                                   " holds nodes the recorded calls did not make")

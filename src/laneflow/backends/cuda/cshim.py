@@ -71,23 +71,8 @@ def _open(library: str) -> ModuleType:
     load is never kept), opened on ``library``."""
     if os.environ.get("LANEFLOW_CSHIM", "1") == "0":
         raise _NotBuilt("LANEFLOW_CSHIM=0")
-    source = SOURCE.read_bytes()
-    name = _key(source)
-    d = disk_cache.cache_dir()
-    secret = disk_cache.secret(d) if d is not None else None
-    mod = None
-    if secret is not None:
-        image = disk_cache.read(d / name, secret)
-        if image is not None:
-            try:
-                mod = _load(image)
-            except ImportError:
-                mod = None  # (an entry this Python cannot load: built again, and replaced)
-    if mod is None:
-        image = _compile()
-        mod = _load(image)
-        if secret is not None:
-            disk_cache.write(d / name, image, secret)
+    # (an entry this Python cannot load is built again, and replaced)
+    mod = disk_cache.cached(_key(SOURCE.read_bytes()), _compile, _load, unusable=(ImportError,))
     try:
         mod.init(library)
     except OSError as e:

@@ -28,6 +28,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 MAGIC = b"LFCUBIN2"  # (version 1 entries carried a plain SHA-256: compiled again)
 _KEY_FILE = ".key"
@@ -156,3 +157,24 @@ def write(path: Path, image: bytes, secret: bytes) -> None:
     except OSError as e:
         warnings.warn(f"laneflow: could not write the kernel cache entry {path.name} ({e})", RuntimeWarning,
                       stacklevel=4)
+
+
+def cached(name: str, make: Callable[[], bytes], use: Callable[[bytes], Any] = bytes,
+           unusable: tuple = ()) -> Any:
+    """``use(image)`` of the entry ``name``: the cached image when there is one and ``use`` takes it
+    (raising one of ``unusable`` says it does not: it is made again and replaced), else ``make()``'s,
+    kept only once ``use`` has taken it (a made image that fails is never cached)."""
+    d = cache_dir()
+    key = secret(d) if d is not None else None
+    if key is not None:
+        image = read(d / name, key)
+        if image is not None:
+            try:
+                return use(image)
+            except unusable:
+                pass
+    image = make()
+    out = use(image)
+    if key is not None:
+        write(d / name, image, key)
+    return out

@@ -15,10 +15,7 @@ import threading
 from cuda.bindings import nvrtc
 
 from ...errors import LaneflowError
-from .disk_cache import cache_dir
-from .disk_cache import read as _read
-from .disk_cache import secret as _secret
-from .disk_cache import write as _write
+from . import disk_cache
 
 # --fmad=false: a fused kernel must round every step as the separate kernels do (a*b+c contracted into one
 # fma differs from mul-then-add in the last bit), and numpy never contracts either. The kernels are bound by
@@ -83,13 +80,7 @@ def compile(source: str, cc: tuple[int, int], name: str = "kernel") -> tuple[str
         hit = _mem.get(k)
         if hit is not None:
             return k, hit
-        d = cache_dir()
-        secret = _secret(d) if d is not None else None
-        image = _read(d / k, secret) if secret is not None else None
-        if image is None:
-            image = _nvrtc(source, _target(cc), name)
-            if secret is not None:
-                _write(d / k, image, secret)
+        image = disk_cache.cached(k, lambda: _nvrtc(source, _target(cc), name))
         _mem[k] = image
         return k, image
 

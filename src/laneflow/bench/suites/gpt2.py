@@ -138,24 +138,24 @@ def _device_ids(case: Case, ctx, make, ids: np.ndarray, weights: list):
 
 def _first_call(case: Case, device, floors, program, inputs) -> Result:
     """The first forward of these shapes on a fresh stream, timed alone (one sample), and checked."""
-    try:
+    label = "laneflow eager, first call"
+
+    def make() -> Impl:
         s = lf.new_stream(device, lanes=1)
         args = [lf.array(a, stream=s) for a in inputs]
         lf.eval(*args)
         s.synchronize()
-    except Exception as e:  # noqa: BLE001 - a failing row is reported, not fatal
-        res = skipped(case, "laneflow eager, first call", "", lanes=1)
-        res.skipped, res.error = None, f"{type(e).__name__}: {e}"[:300]
-        return res
 
-    def run():
-        with lf.stream(s):
-            y = program(*args)
-        lf.eval(y)
-        return y
+        def run():
+            with lf.stream(s):
+                y = program(*args)
+            lf.eval(y)
+            return y
 
-    return first_call(case, Impl("laneflow eager, first call", run, lanes=1, sync=s.synchronize, close=s.close,
-                                 note=FIRST_CALL_NOTE), floors)
+        return Impl(label, run, lanes=1, sync=s.synchronize, close=s.close, note=FIRST_CALL_NOTE)
+
+    impl = lfi.guard(case, label, 1, make)
+    return impl if isinstance(impl, Result) else first_call(case, impl, floors)
 
 
 def _transformers_check(case: Case, device, cfg: model.GPT2Config, weights: dict, ids: np.ndarray,
