@@ -116,6 +116,40 @@ def test_interleaved_rows_take_turns_and_one_failing_row_leaves_the_others_runni
     assert sorted(closed) == ["a", "b", "c"]
 
 
+def test_rows_taking_turns_all_run_as_often_in_a_sample():
+    # A fast row would otherwise run many times in a sample (warm after its first run) and a slow one
+    # once (always after another row's): unlike with unlike.
+    import time
+    from laneflow.bench import harness
+
+    case = tiny_case()
+    x = case.inputs["x"]
+    calls = {"fast": 0, "slow": 0, "slower": 0}
+
+    def row(name, seconds):
+        def run():
+            calls[name] += 1
+            time.sleep(seconds)
+            return x + 1
+        return Impl(name, run)
+
+    fast, slow, slower = run_interleaved(case, [row("fast", 0.0005), row("slow", 0.004), row("slower", 0.2)],
+                                         repeat=2, min_sample_s=0.004)
+    # fast needs up to 8 runs for a sample of 4 ms, slow 1: both run fast's count; slower would make a
+    # sample of more than MAX_SAMPLE_FACTOR x 4 ms = 100 ms at that count, so it runs once
+    assert 2 <= fast.runs <= 8 and slow.runs == fast.runs and slower.runs == 1
+    assert calls["slow"] == 1 + 1 + 2 * slow.runs   # warm-up, the timing of one run, the samples
+    assert calls["fast"] == 1 + 1 + 2 * fast.runs and calls["slower"] == 1 + 1 + 2
+    assert harness.MAX_SAMPLE_FACTOR * 0.004 < 0.2 * fast.runs
+    assert slow.to_json()["runs_per_sample"] == slow.runs
+    out = io.StringIO()
+    print_results("tiny", [fast, slow, slower], file=out)
+    assert f"runs a sample: fast {fast.runs}, slow {slow.runs}, slower 1" in out.getvalue()
+    # one row alone keeps its own count
+    alone = run_impl(case, row("slow", 0.004), repeat=1, min_sample_s=0.004)
+    assert alone.runs <= 2
+
+
 @pytest.mark.parametrize("order, turns", [("auto", True), ("sequential", False), ("interleaved", True)])
 def test_the_gpt2_suite_times_its_rows_in_turns_unless_told_otherwise(monkeypatch, order, turns):
     from laneflow.bench import runner

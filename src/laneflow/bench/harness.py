@@ -124,6 +124,7 @@ class Result:
     error: str | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    runs: int = 1  # runs back to back in each sample (the same for every row of a case taking turns)
 
     @property
     def spread(self) -> Spread | None:
@@ -160,7 +161,7 @@ class Result:
             "median_us": us(sp.median) if sp else None,
             "spread_us": None if sp is None else {"p25": us(sp.p25), "p75": us(sp.p75), "min": us(sp.min),
                                                   "max": us(sp.max)},
-            "repeats": sp.n if sp else 0,
+            "repeats": sp.n if sp else 0, "runs_per_sample": self.runs,
             "times_us": [us(t) for t in self.times],
             "items": self.items, "item_name": self.item_name,
             "per_item_us": us(sp.median / self.items) if sp and self.items > 1 else None,
@@ -200,6 +201,7 @@ class Sampler:
     def __init__(self, impl: Impl, warmup: int = 1, min_sample_s: float = 0.0):
         self.impl, self.warmup, self.min_sample_s = impl, warmup, min_sample_s
         self.inner = 1
+        self.one = 0.0  # seconds of one run, measured by prepare (0: not measured)
         self.times: list[float] = []
         self.out: Any = None
 
@@ -212,7 +214,7 @@ class Sampler:
             t = time.perf_counter()
             self.out = impl.run()
             impl.sync()
-            one = time.perf_counter() - t
+            self.one = one = time.perf_counter() - t
             self.inner = max(1, min(1000, math.ceil(self.min_sample_s / max(one, 1e-9))))
 
     def sample(self) -> float:
@@ -316,6 +318,27 @@ def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s:
     return run_interleaved(case, [impl], repeat, warmup, min_sample_s, floors)[0]
 
 
+#: the longest sample :func:`same_runs` gives a row, in multiples of ``min_sample_s`` (a row whose runs
+#: are that much slower than the fastest row's keeps fewer runs per sample)
+MAX_SAMPLE_FACTOR = 25
+
+
+def same_runs(samplers: Sequence[Sampler], min_sample_s: float) -> None:
+    """Give every row of a case taking turns the same count of runs per sample: the largest any row
+    needs for a sample of ``min_sample_s``. Rows with their own counts compared unlike with unlike: a
+    sample's first run follows another row's (cold caches), the next ones follow the row's own runs,
+    so a row sampled six times in a row (numpy's 0.4 ms forward) came out warmer than one sampled once
+    (laneflow's 1 ms eager forward on the CPU: 1.05 ms taking turns, 0.65 ms run after itself,
+    2026-12-05). A row whose runs would make a sample longer than :data:`MAX_SAMPLE_FACTOR` times
+    ``min_sample_s`` runs as often as fits (at least once)."""
+    if not samplers or min_sample_s <= 0:
+        return
+    n = max(s.inner for s in samplers)
+    cap = MAX_SAMPLE_FACTOR * min_sample_s
+    for s in samplers:
+        s.inner = max(1, min(n, int(cap / s.one))) if s.one > 0 else n
+
+
 def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int = 1, min_sample_s: float = 0.0,
                     floors: Any = None, progress: Callable[[str], None] | None = None) -> list[Result]:
     """Time several impls of one case taking turns: every impl is warmed up, then each repeat takes one
@@ -323,8 +346,9 @@ def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int 
     PyTorch) drift with the machine's load; sampled in turns, each row sees the same drift, so the same
     run's figures compare. The turning start spreads what a row leaves behind for the next one (an
     uncached laneflow row left the row after it about 40 us more on the CPU, 2026-12-04) over all rows,
-    where a fixed order charged it to one row at every sample. Results come back in ``impls``' order;
-    one impl failing leaves the others running."""
+    where a fixed order charged it to one row at every sample. Every row runs as many times back to back
+    in a sample (:func:`same_runs`). Results come back in ``impls``' order; one impl failing leaves the
+    others running."""
     results, live = [], []
     for impl in impls:
         res = _new_result(case, impl, floors)
@@ -338,6 +362,9 @@ def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int 
             _close(impl)
             if progress is not None:
                 progress(impl.name)
+    same_runs([s for _, _, s in live], min_sample_s)
+    for res, _, s in live:
+        res.runs = s.inner
     for k in range(repeat):
         turn = k % len(live) if live else 0
         for res, impl, s in live[turn:] + live[:turn]:
