@@ -929,3 +929,42 @@ def test_steps_evaluated_with_the_cache_bypassed_are_no_misses(taping):
     xn = rng.standard_normal((3, 8))
     np.testing.assert_allclose(_step(st, xn, ws), _np_forward(xn, wn), rtol=1e-12, atol=1e-12)
     assert _delta(before)["tape_replays"] == 1
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_the_eval_after_a_whole_replay_takes_the_graph_in_the_template_order(taping, swapped, monkeypatch):
+    # Made in the graph's order (a chain), the replay's nodes are the graph as they are; made in
+    # another order (two branches joined the other way round), they are put in the template's order.
+    rng = np.random.default_rng(7)
+    st = lf.new_stream(taping, lanes=1)
+    an, bn = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    a, b = lf.array(an, stream=st), lf.array(bn, stream=st)
+    lf.eval(a, b)
+
+    def step(x):
+        with lf.stream(st):
+            y = lf.tanh(x @ a)
+            z = lf.exp(x * b)
+            r = (z + y) if swapped else (y + z)
+            return r.sum(axis=0), y, z
+    from laneflow.ops import tape_replay
+    found, shortcuts = tape_replay.Replayer.found, []
+    monkeypatch.setattr(tape_replay.Replayer, "found", lambda self, roots: shortcuts.append(found(self, roots))
+                        or shortcuts[-1])
+    before = _stats()
+    for _ in range(7):
+        xn = rng.standard_normal((4, 4))
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        got, y, z = step(x)
+        lf.eval(got, y, z)
+        yn, zn = np.tanh(xn @ an), np.exp(xn * bn)
+        np.testing.assert_allclose(np.asarray(got), (yn + zn).sum(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(y), yn, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(z), zn, rtol=1e-12)
+    d = _delta(before)
+    assert d["tapes_recorded"] == 1 and d["tape_replays"] >= 3 and d["tape_misses"] == 0, d
+    t, = [t for ts in tape.TAPES.values() for t in ts if t.stream is st]
+    assert t.template is not None and t.in_order == (t.perm == list(range(len(t.perm))))
+    assert t.in_order != swapped
+    assert sum(s is not None for s in shortcuts) == d["tape_replays"]  # (each replay's eval took the shortcut)

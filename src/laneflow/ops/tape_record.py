@@ -277,6 +277,7 @@ class Recorder:
                                                       for d in leaves):
                     tape.template, tape.made = entry.template, len(self.made)
                     tape.perm = [pos[id(d)] for d in order]
+                    tape.in_order = tape.perm == list(range(len(self.made)))
                     tape.leaf_base, tape.slot_at = list(leaves), {}
                     for p, d in enumerate(leaves):
                         s = slots.get(id(d))

@@ -30,7 +30,7 @@ class Tape:
     step's input): then the tape lets the recorded one go."""
 
     __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses", "tries",
-                 "replayer", "steps", "template", "perm", "leaf_base", "slot_at", "users", "held", "unheld", "made")
+                 "replayer", "steps", "template", "perm", "in_order", "leaf_base", "slot_at", "users", "held", "unheld", "made")
 
     def __init__(self, calls: list, entry, leaves: list):
         self.calls, self.entry, self.leaves = calls, entry, leaves
@@ -41,6 +41,7 @@ class Tape:
         self.misses = self.tries = 0
         self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held = self.unheld = None
         self.made = None  # (Recorder.hit, Replayer.found)
+        self.in_order = False  # perm is 0, 1, ... len(made) - 1: the made nodes are the graph's order
         self.replayer = Replayer(self)
         self.steps = _steps.Steps(self, self.replayer)
 
@@ -198,7 +199,7 @@ class Replayer:
         arrays = list(map(_ARRAYS, made))
         if arrays.count(0) != t.unheld or not all(map(arrays.__getitem__, t.held)):
             return None
-        nodes = list(map(made.__getitem__, t.perm))
+        nodes = made if t.in_order else list(map(made.__getitem__, t.perm))  # (made is not changed after)
         pos = tpl.root_pos
         if len(roots) != len(pos) or not all(map(is_, roots, map(nodes.__getitem__, pos))):
             return None
