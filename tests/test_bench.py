@@ -116,38 +116,57 @@ def test_interleaved_rows_take_turns_and_one_failing_row_leaves_the_others_runni
     assert sorted(closed) == ["a", "b", "c"]
 
 
-def test_rows_taking_turns_all_run_as_often_in_a_sample():
+def test_rows_taking_turns_all_run_as_often_in_a_sample(monkeypatch):
     # A fast row would otherwise run many times in a sample (warm after its first run) and a slow one
-    # once (always after another row's): unlike with unlike.
-    import time
+    # once (always after another row's): unlike with unlike. A fake clock (each run advances it by the
+    # row's cost) keeps the counts exact on a loaded machine.
+    import types
     from laneflow.bench import harness
 
+    clock = [0.0]
+    monkeypatch.setattr(harness, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     case = tiny_case()
     x = case.inputs["x"]
-    calls = {"fast": 0, "slow": 0, "slower": 0}
+    calls = {"fast": 0, "slow": 0, "middle": 0, "slower": 0, "broken": 0}
 
     def row(name, seconds):
         def run():
             calls[name] += 1
-            time.sleep(seconds)
+            clock[0] += seconds
+            if name == "broken" and calls[name] > 2:
+                raise RuntimeError("broken")
             return x + 1
         return Impl(name, run)
 
-    fast, slow, slower = run_interleaved(case, [row("fast", 0.0005), row("slow", 0.004), row("slower", 0.2)],
-                                         repeat=2, min_sample_s=0.004)
-    # fast needs up to 8 runs for a sample of 4 ms, slow 1: both run fast's count; slower would make a
-    # sample of more than MAX_SAMPLE_FACTOR x 4 ms = 100 ms at that count, so it runs once
-    assert 2 <= fast.runs <= 8 and slow.runs == fast.runs and slower.runs == 1
-    assert calls["slow"] == 1 + 1 + 2 * slow.runs   # warm-up, the timing of one run, the samples
-    assert calls["fast"] == 1 + 1 + 2 * fast.runs and calls["slower"] == 1 + 1 + 2
-    assert harness.MAX_SAMPLE_FACTOR * 0.004 < 0.2 * fast.runs
-    assert slow.to_json()["runs_per_sample"] == slow.runs
+    fast, slow, middle, slower, broken = run_interleaved(
+        case, [row("fast", 0.0005), row("slow", 0.004), row("middle", 0.01), row("slower", 0.2),
+               row("broken", 0.001)], repeat=2, min_sample_s=0.004)
+    # fast needs 8 runs for a sample of 4 ms, slow 1: both run 8; middle and slower at 8 runs would take
+    # more than MAX_SAMPLE_FACTOR x 4 ms, so they keep their own count (not as many as would fit)
+    assert (fast.runs, slow.runs, middle.runs, slower.runs) == (8, 8, 1, 1)
+    assert 8 * 0.01 > harness.MAX_SAMPLE_FACTOR * 0.004 > 2 * 0.01
+    assert calls["fast"] == calls["slow"] == 1 + 3 + 2 * 8 and calls["slower"] == 1 + 3 + 2  # (warm-up, timed, samples)
+    assert slow.to_json()["runs_per_sample"] == 8 and broken.status == "error"
     out = io.StringIO()
-    print_results("tiny", [fast, slow, slower], file=out)
-    assert f"runs a sample: fast {fast.runs}, slow {slow.runs}, slower 1" in out.getvalue()
+    print_results("tiny", [fast, slow, middle, slower, broken], file=out)
+    assert "runs a sample: fast 8, slow 8, middle 1, slower 1 " in out.getvalue().replace("\n", " ")
+    # rows of one count: said once; a one-sample row (a first call) is not counted
+    first = first_call(case, row("fast", 0.003))
+    assert first.runs is None and first.to_json()["runs_per_sample"] is None
+    out = io.StringIO()
+    print_results("tiny", [fast, slow, first], file=out)
+    assert "8 runs a sample, every timed row" in out.getvalue()
     # one row alone keeps its own count
-    alone = run_impl(case, row("slow", 0.004), repeat=1, min_sample_s=0.004)
-    assert alone.runs <= 2
+    assert run_impl(case, row("slow", 0.004), repeat=1, min_sample_s=0.004).runs == 1
+    # a row whose first runs are slow (an eager row building its plan) is counted by its fastest timed run
+    clock[0] = 0.0
+    costs = iter([2.0 ** -5, 2.0 ** -5])  # (powers of two: the fake clock's sums are exact)
+
+    def warming():
+        clock[0] += next(costs, 2.0 ** -11)
+        return x + 1
+    warm, = run_interleaved(case, [Impl("warming", warming)], repeat=1, min_sample_s=2.0 ** -8)
+    assert warm.runs == 8
 
 
 @pytest.mark.parametrize("order, turns", [("auto", True), ("sequential", False), ("interleaved", True)])

@@ -949,8 +949,11 @@ def test_the_eval_after_a_whole_replay_takes_the_graph_in_the_template_order(tap
             return r.sum(axis=0), y, z
     from laneflow.ops import tape_replay
     found, shortcuts = tape_replay.Replayer.found, []
-    monkeypatch.setattr(tape_replay.Replayer, "found", lambda self, roots: shortcuts.append(found(self, roots))
-                        or shortcuts[-1])
+    def spy(self, roots):
+        r = found(self, roots)
+        shortcuts.append((r, self.made))
+        return r
+    monkeypatch.setattr(tape_replay.Replayer, "found", spy)
     before = _stats()
     for _ in range(7):
         xn = rng.standard_normal((4, 4))
@@ -967,4 +970,6 @@ def test_the_eval_after_a_whole_replay_takes_the_graph_in_the_template_order(tap
     t, = [t for ts in tape.TAPES.values() for t in ts if t.stream is st]
     assert t.template is not None and t.in_order == (t.perm == list(range(len(t.perm))))
     assert t.in_order != swapped
-    assert sum(s is not None for s in shortcuts) == d["tape_replays"]  # (each replay's eval took the shortcut)
+    taken = [(r[1][0], made) for r, made in shortcuts if r is not None]
+    assert len(taken) == d["tape_replays"]  # (each replay's eval took the shortcut)
+    assert all((nodes is made) == (not swapped) for nodes, made in taken)  # (no copy when in order)

@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
         if ctx.interleave:
             in_turns.append(name)
             print(f"bench {name}: rows timed taking turns (one sample of each per repeat, each repeat starting one row later, every row"
-                  f" running as many times back to back in a sample; --order sequential: one row at a time)")
+                  f" running as many times back to back in a sample unless it is slow; --order sequential: one row at a time)")
         print_results(name, rs)
     if ctx.floors is not None and ctx.floors.to_json():
         f = ctx.floors.to_json()

@@ -124,7 +124,7 @@ class Result:
     error: str | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    runs: int = 1  # runs back to back in each sample (the same for every row of a case taking turns)
+    runs: int | None = None  # runs back to back in each sample (None: not sampled; see same_runs)
 
     @property
     def spread(self) -> Spread | None:
@@ -198,6 +198,9 @@ class Sampler:
     least once) and records the mean, so microsecond workloads are not lost in timer resolution.
     """
 
+    #: runs timed to choose ``inner`` (the fastest counts: an eager row's first runs build its plan)
+    TIMED = 3
+
     def __init__(self, impl: Impl, warmup: int = 1, min_sample_s: float = 0.0):
         self.impl, self.warmup, self.min_sample_s = impl, warmup, min_sample_s
         self.inner = 1
@@ -211,10 +214,13 @@ class Sampler:
             self.out = impl.run()
             impl.sync()
         if self.min_sample_s > 0:
-            t = time.perf_counter()
-            self.out = impl.run()
-            impl.sync()
-            self.one = one = time.perf_counter() - t
+            one = math.inf
+            for _ in range(self.TIMED):
+                t = time.perf_counter()
+                self.out = impl.run()
+                impl.sync()
+                one = min(one, time.perf_counter() - t)
+            self.one = one
             self.inner = max(1, min(1000, math.ceil(self.min_sample_s / max(one, 1e-9))))
 
     def sample(self) -> float:
@@ -318,9 +324,9 @@ def run_impl(case: Case, impl: Impl, repeat: int, warmup: int = 1, min_sample_s:
     return run_interleaved(case, [impl], repeat, warmup, min_sample_s, floors)[0]
 
 
-#: the longest sample :func:`same_runs` gives a row, in multiples of ``min_sample_s`` (a row whose runs
-#: are that much slower than the fastest row's keeps fewer runs per sample)
-MAX_SAMPLE_FACTOR = 25
+#: the longest sample :func:`same_runs` gives a row, in multiples of ``min_sample_s``: a row that slow
+#: keeps its own count (a 10 ms eager forward beside 0.6 ms compiled calls runs once, not four times)
+MAX_SAMPLE_FACTOR = 10
 
 
 def same_runs(samplers: Sequence[Sampler], min_sample_s: float) -> None:
@@ -329,14 +335,15 @@ def same_runs(samplers: Sequence[Sampler], min_sample_s: float) -> None:
     sample's first run follows another row's (cold caches), the next ones follow the row's own runs,
     so a row sampled six times in a row (numpy's 0.4 ms forward) came out warmer than one sampled once
     (laneflow's 1 ms eager forward on the CPU: 1.05 ms taking turns, 0.65 ms run after itself,
-    2026-12-05). A row whose runs would make a sample longer than :data:`MAX_SAMPLE_FACTOR` times
-    ``min_sample_s`` runs as often as fits (at least once)."""
+    2026-12-05). A row whose sample would then last longer than :data:`MAX_SAMPLE_FACTOR` times
+    ``min_sample_s`` keeps its own count (its runs are long enough to be cold or warm alike)."""
     if not samplers or min_sample_s <= 0:
         return
     n = max(s.inner for s in samplers)
     cap = MAX_SAMPLE_FACTOR * min_sample_s
     for s in samplers:
-        s.inner = max(1, min(n, int(cap / s.one))) if s.one > 0 else n
+        if n * s.one <= cap:
+            s.inner = n
 
 
 def run_interleaved(case: Case, impls: Sequence[Impl], repeat: int, warmup: int = 1, min_sample_s: float = 0.0,

@@ -120,11 +120,12 @@ def print_results(suite: str, results: Sequence[Result], file: Any = None) -> No
         if first is not None and len({(r.floor_bytes_s, r.floor_flops_s) for r in shown if r.times}) <= 1:
             floor = (f" | floor: bytes {fmt_time(first.floor_bytes_s)}, FLOPs {fmt_time(first.floor_flops_s)}"
                      " (measured this run; 'floor' column = floor / median)")
-        runs = {r.runs for r in shown if r.times and not r.impl.endswith("first call")}
+        sampled = [r for r in shown if r.times and r.runs is not None]  # (not the one-sample first calls)
+        runs = {r.runs for r in sampled}
         if len(runs) == 1 and runs != {1}:
-            floor += f" | {runs.pop()} runs a sample, every row"
+            floor += f" | {runs.pop()} runs a sample, every timed row"
         elif len(runs) > 1:
-            floor += " | runs a sample: " + ", ".join(f"{r.impl} {r.runs}" for r in shown if r.times)
+            floor += " | runs a sample: " + ", ".join(f"{r.impl} {r.runs}" for r in sampled)
         skipped = list(dict.fromkeys(f"{r.impl} ({r.skipped})" for r in rs if r.skipped is not None))
         footer = ("skipped: " + "; ".join(skipped)) if skipped else None
         if not rows:
