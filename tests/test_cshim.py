@@ -157,7 +157,7 @@ def test_a_build_that_does_not_load_falls_back_and_is_not_cached(tmp_path, fake_
     assert "did not load" in out, out
     assert not [p for p in os.listdir(tmp_path / "kc") if p.startswith("cshim-")]
     # a signed entry that does not load (here: put there under the right key) is built again and replaced
-    script = (f"LIB = {fake_lib!r}\n" "from laneflow.backends.cuda import cshim, disk_cache\n"
+    script = (f"LIB = {fake_lib!r}\n" "from laneflow import disk_cache\nfrom laneflow.backends.cuda import cshim\n"
               "d = disk_cache.cache_dir(); name = cshim._key(cshim.SOURCE.read_bytes())\n"
               "disk_cache.write(d / name, open(BAD, 'rb').read(), disk_cache.secret(d))\n"
               "m = cshim.load(LIB)\nassert m is not None and m.query(3) == 0, cshim.why_not(LIB)\n"

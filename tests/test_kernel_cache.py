@@ -13,7 +13,8 @@ import warnings
 import pytest
 
 nvrtc_mod = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
-from laneflow.backends.cuda import disk_cache, nvrtc  # noqa: E402
+from laneflow import disk_cache  # noqa: E402
+from laneflow.backends.cuda import nvrtc  # noqa: E402
 
 try:
     _USABLE = nvrtc_mod.nvrtcVersion()[0] == nvrtc_mod.nvrtcResult.NVRTC_SUCCESS

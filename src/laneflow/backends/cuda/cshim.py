@@ -1,5 +1,5 @@
 """The per-command driver calls from C: ``cshim.c``, built with the system C compiler on first use and
-kept in the signed disk cache (``disk_cache.py``), so later processes only load it.
+kept in the signed disk cache (``native.py``, ``disk_cache.py``), so later processes only load it.
 
 Why: each command calls the driver a few times (a launch, an allocation, an event record), and through
 cuda-bindings a launch alone costs about 6 us of host time on the H200's host, ctypes more
@@ -13,22 +13,12 @@ It is optional: without a C compiler or Python's headers (``python3-dev``), or w
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
 import os
-import platform
-import shlex
-import shutil
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
 
-from . import disk_cache
+from ... import disk_cache, native
 
 NAME = "_laneflow_cshim"  # (the module name cshim.c's init function is made for)
 SOURCE = Path(__file__).with_name("cshim.c")
@@ -62,8 +52,7 @@ def why_not(library: str = DRIVER) -> str | None:
     return got if got.__class__ is str else None
 
 
-class _NotBuilt(Exception):
-    pass
+_NotBuilt = native.NotBuilt
 
 
 def _open(library: str) -> ModuleType:
@@ -81,52 +70,12 @@ def _open(library: str) -> ModuleType:
 
 
 def _load(image: bytes) -> ModuleType:
-    """The extension module in ``image`` (written to a private temporary directory, loaded, removed)."""
-    with tempfile.TemporaryDirectory(prefix="laneflow-cshim-") as d:  # (mode 0700: ours alone)
-        path = os.path.join(d, NAME + _suffix())
-        with open(path, "wb") as f:
-            f.write(image)
-        loader = importlib.machinery.ExtensionFileLoader(NAME, path)
-        spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
-        mod = importlib.util.module_from_spec(spec)
-        loader.exec_module(mod)  # (dlopen: the file may go once it is mapped)
-    if not hasattr(mod, "init"):
-        raise ImportError("the built module has no init (another source or compiler?)")
-    return mod
-
-
-def _suffix() -> str:
-    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-
-
-def _cc() -> str:
-    return os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return native.load(NAME, image, "init")
 
 
 def _key(source: bytes) -> str:
-    """The cache entry's name: the source, the Python it is built for, and the compiler command."""
-    h = hashlib.sha256(source)
-    for part in (sys.version, _suffix(), platform.machine(), _cc()):
-        h.update(b"\0" + part.encode())
-    return "cshim-" + h.hexdigest()[:40]
+    return native.key("cshim", source)
 
 
 def _compile() -> bytes:
-    cc = shlex.split(_cc())
-    if not cc or shutil.which(cc[0]) is None:
-        raise _NotBuilt(f"no C compiler ({cc[0] if cc else 'CC is empty'}); set CC to build the driver shim")
-    include = sysconfig.get_paths()["include"]
-    if not os.path.exists(os.path.join(include, "Python.h")):
-        raise _NotBuilt(f"Python's headers are missing ({include}/Python.h: install python3-dev)")
-    with tempfile.TemporaryDirectory(prefix="laneflow-cshim-build-") as d:
-        out = os.path.join(d, NAME + _suffix())
-        cmd = [*cc, "-shared", "-fPIC", "-O2", "-I", include, str(SOURCE), "-o", out, "-ldl"]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise _NotBuilt(f"the C compiler failed to run ({e})") from None
-        if r.returncode != 0:
-            last = (r.stderr or r.stdout).strip().splitlines()[-3:]
-            raise _NotBuilt(f"building the driver shim failed: {' / '.join(last)}")
-        with open(out, "rb") as f:
-            return f.read()
+    return native.compile(NAME, SOURCE, "the driver shim", ["-ldl"])

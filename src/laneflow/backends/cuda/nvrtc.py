@@ -15,7 +15,7 @@ import threading
 from cuda.bindings import nvrtc
 
 from ...errors import LaneflowError
-from . import disk_cache
+from ... import disk_cache
 
 # --fmad=false: a fused kernel must round every step as the separate kernels do (a*b+c contracted into one
 # fma differs from mul-then-add in the last bit), and numpy never contracts either. The kernels are bound by

@@ -1,5 +1,6 @@
-"""The private disk cache that NVRTC's kernel images (``nvrtc.py``) and the built driver shim
-(``cshim.py``) live in: one directory per user, signed entries.
+"""The private disk cache that NVRTC's kernel images (``backends/cuda/nvrtc.py``) and laneflow's built
+C extensions (``native.py``: the driver shim, the tape's node maker) live in: one directory per user,
+signed entries.
 
 The directory is ``$LANEFLOW_KERNEL_CACHE`` or, by default, the user's cache directory
 (``$XDG_CACHE_HOME/laneflow/kernels``, else ``~/.cache/laneflow/kernels``), created with mode 0700;

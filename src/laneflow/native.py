@@ -1,0 +1,85 @@
+"""laneflow's small C extensions, built with the system C compiler on first use and kept in the signed
+disk cache (``disk_cache.py``), so later processes only load them: the CUDA driver shim
+(``backends/cuda/cshim.c``) and the tape's node maker (``ops/ctape.c``).
+
+Each is optional: without a C compiler or Python's headers (``python3-dev``), the Python path runs,
+and the caller says why (``python -m laneflow info``). A build is cached only once it has loaded, under
+a key of its source, the Python it is built for and the compiler command (an entry this Python cannot
+load is built again, and replaced).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Sequence
+
+
+class NotBuilt(Exception):
+    """The extension cannot be built here (its message says why)."""
+
+
+def suffix() -> str:
+    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+def cc() -> str:
+    return os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+
+
+def key(prefix: str, source: bytes) -> str:
+    """A cache entry's name: ``prefix``, then a hash of the source, the Python and the compiler command."""
+    h = hashlib.sha256(source)
+    for part in (sys.version, suffix(), platform.machine(), cc()):
+        h.update(b"\0" + part.encode())
+    return f"{prefix}-{h.hexdigest()[:40]}"
+
+
+def load(name: str, image: bytes, entry: str) -> ModuleType:
+    """The extension module ``name`` in ``image`` (written to a private temporary directory, loaded,
+    removed); ImportError when it is not one (no ``entry`` function: another source or compiler)."""
+    with tempfile.TemporaryDirectory(prefix="laneflow-native-") as d:  # (mode 0700: ours alone)
+        path = os.path.join(d, name + suffix())
+        with open(path, "wb") as f:
+            f.write(image)
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)  # (dlopen: the file may go once it is mapped)
+    if not hasattr(mod, entry):
+        raise ImportError(f"the built module has no {entry} (another source or compiler?)")
+    return mod
+
+
+def compile(name: str, source: Path, what: str, link: Sequence[str] = ()) -> bytes:  # noqa: A001
+    """The shared object of ``source`` (module ``name``), built with the system C compiler; NotBuilt
+    (naming ``what``) when that cannot be done here."""
+    cmd0 = shlex.split(cc())
+    if not cmd0 or shutil.which(cmd0[0]) is None:
+        raise NotBuilt(f"no C compiler ({cmd0[0] if cmd0 else 'CC is empty'}); set CC to build {what}")
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        raise NotBuilt(f"Python's headers are missing ({include}/Python.h: install python3-dev)")
+    with tempfile.TemporaryDirectory(prefix="laneflow-native-build-") as d:
+        out = os.path.join(d, name + suffix())
+        cmd = [*cmd0, "-shared", "-fPIC", "-O2", "-I", include, str(source), "-o", out, *link]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise NotBuilt(f"the C compiler failed to run ({e})") from None
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-3:]
+            raise NotBuilt(f"building {what} failed: {' / '.join(last)}")
+        with open(out, "rb") as f:
+            return f.read()
