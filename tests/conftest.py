@@ -96,6 +96,25 @@ def run_under_fake_driver(script: str, cwd, timeout: int):
                           text=True, env=env, timeout=timeout, cwd=str(cwd), check=False)
 
 
+def run_laneflow_script(script: str, tmp_path, unset: tuple = (), **env) -> str:
+    """``script`` in a fresh interpreter, laneflow importable, the disk cache in ``tmp_path / "kc"``,
+    the variables ``unset`` removed and ``env`` set; its stdout (the test fails if it fails). For the
+    C extensions (``native.py``), which are built or loaded once per process."""
+    import subprocess
+    import sys
+
+    src = os.path.dirname(os.path.dirname(lf.__file__))
+    e = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+             LANEFLOW_KERNEL_CACHE=str(tmp_path / "kc"))
+    for k in unset:
+        e.pop(k, None)
+    e.update(env)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=e, timeout=180,
+                       cwd=str(tmp_path), check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
 def stack_inputs(rng, device, x_shape: tuple, layers: int):
     """A residual stack's inputs (``tests/test_early_launch.py``, ``tests/test_speculate.py``): x of
     ``x_shape`` and ``layers`` 8x8 weights, drawn in that order, evaluated on a new 2-lane stream of

@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import sysconfig
 
 import pytest
 
-import laneflow as lf
+from conftest import run_laneflow_script
 
 pytest.importorskip("cuda.bindings", reason="the shim ships with the CUDA backend (pip install -e .[cuda])")
 
@@ -32,15 +31,7 @@ def fake_lib(tmp_path):
 
 
 def _run(script: str, tmp_path, **env):
-    src = os.path.dirname(os.path.dirname(lf.__file__))
-    e = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""),
-             LANEFLOW_KERNEL_CACHE=str(tmp_path / "kc"))
-    e.pop("LANEFLOW_CSHIM", None)
-    e.update(env)
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=e, timeout=180,
-                       cwd=str(tmp_path), check=False)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return p.stdout
+    return run_laneflow_script(script, tmp_path, unset=("LANEFLOW_CSHIM",), **env)
 
 
 _CALLS = r"""

@@ -16,8 +16,15 @@ import laneflow as lf
 from laneflow.graph import eval_cache, tape
 
 
-@pytest.fixture
-def taping(device):
+@pytest.fixture(params=["C", "Python"])
+def taping(device, request, monkeypatch):
+    # every case with the replayed calls' nodes made by the C node maker (ops/ctape.c) and in Python
+    from laneflow.ops import ctape, tape_steps
+
+    tape_steps._maker()
+    if request.param == "C" and not tape_steps._GLOBALS["C"]:
+        pytest.skip(f"the tape's node maker is not built here ({ctape.why_not()})")
+    monkeypatch.setitem(tape_steps._GLOBALS, "C", request.param == "C")
     eval_cache.clear()
     lf.set_plan_cache(tape=True)
     yield device

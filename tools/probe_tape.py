@@ -1,9 +1,11 @@
 """What trace-guided replay (graph/tape.py) gains on GPT-2 small's cached eager forward, A/B in one
 process: rounds take turns between the tape on and paused, each round ``--steps`` forwards, timed on the
 host as the split of building the graph and ``lf.eval`` (medians over all rounds), then cProfile of the
-evaluations with the tape on and off (``--profile``).
+evaluations with the tape on and off (``--profile``). ``--maker``: the A/B is the tape's node maker in C
+(ops/ctape.c) against the steps making their nodes in Python, each on a stream of its own whose tape was
+recorded that way.
 
-    python tools/probe_tape.py [--device gpu] [--batch 1] [--rounds 6] [--steps 20] [--plain] [--profile]
+    python tools/probe_tape.py [--device gpu] [--batch 1] [--rounds 6] [--steps 20] [--plain] [--profile] [--maker]
 """
 import cProfile
 import io
@@ -19,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import laneflow as lf  # noqa: E402
 from laneflow.graph import tape  # noqa: E402
 from laneflow.models import gpt2  # noqa: E402
+from laneflow.ops import ctape, tape_steps  # noqa: E402
 
 
 def arg(name: str, default: str) -> str:
@@ -35,14 +38,23 @@ def main() -> None:
     batch, rounds, steps = int(arg("--batch", "1")), int(arg("--rounds", "6")), int(arg("--steps", "20"))
     ops = gpt2.LANEFLOW_OPS if "--plain" in sys.argv else gpt2.NN_OPS
     cfg = gpt2.GPT2Config()
-    st = lf.new_stream(dev, lanes=1)
+    maker = "--maker" in sys.argv
+    if maker and ctape.load() is None:
+        sys.exit(f"--maker: the tape's node maker is not built here ({ctape.why_not()})")
     params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16 if dev.type == "gpu" else lf.float32, device=dev)
     lf.eval(list(params.values()))
-    ids = lf.array(np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, 16)), stream=st)
-    lf.eval(ids)
+    streams = {}
+    for on in (True, False) if maker else (True,):
+        st = lf.new_stream(dev, lanes=1)
+        ids = lf.array(np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, 16)), stream=st)
+        lf.eval(ids)
+        streams[on] = (st, ids)
+    streams.setdefault(False, streams[True])  # (tape on and off: one stream)
     times: dict = {True: ([], []), False: ([], [])}
+    label = {True: "C maker", False: "Python "} if maker else {True: "tape on ", False: "tape off"}
 
     def forward(on: bool, record: bool = True) -> None:
+        st, ids = streams[on]
         t0 = time.perf_counter()
         with lf.stream(st):
             y = gpt2.forward(params, ids, cfg, ops)
@@ -54,11 +66,14 @@ def main() -> None:
             times[on][0].append(t1 - t0)
             times[on][1].append(t2 - t1)
 
-    for _ in range(8):
-        forward(True, record=False)
+    tape_steps._maker()
+    for on in (True, False) if maker else (True,):
+        tape_steps._GLOBALS["C"] = on or not maker  # (the steps of the tape this stream records)
+        for _ in range(8):
+            forward(on, record=False)
     for r in range(rounds):
         for on in (True, False):
-            tape.set_enabled(on)
+            tape.set_enabled(on or maker)
             for k in range(steps):
                 forward(on, record=k >= 2)
     tape.set_enabled(True)
@@ -66,7 +81,7 @@ def main() -> None:
           f"{rounds} rounds x {steps} forwards; {tape.STATS}; last failed recording: {tape.LAST_FAILURE[0]}")
     for on in (True, False):
         b, e = times[on]
-        print(f"  tape {'on ' if on else 'off'}: build {statistics.median(b) * 1e6:7.0f} us   "
+        print(f"  {label[on]}: build {statistics.median(b) * 1e6:7.0f} us   "
               f"eval {statistics.median(e) * 1e6:7.0f} us")
     if "--profile" in sys.argv:
         for on in (True, False):

@@ -24,6 +24,7 @@ def collect() -> dict:
         "cpu default lanes": backend_for(cpu).default_lanes,
         "cpu BLAS threads under multi-lane streams": os.environ.get("LANEFLOW_CPU_BLAS_THREADS", "1"),
         "handle policy": handle_policy(),
+        "tape node maker": _tape_maker(),
     }
     try:
         backend = backend_for(gpu)
@@ -37,6 +38,13 @@ def collect() -> dict:
     except Exception as e:  # noqa: BLE001 - the reason is the information
         out["gpu"] = f"not usable: {str(e).splitlines()[0][:160]}"
     return out
+
+
+def _tape_maker() -> str:
+    """Which path replayed op calls make their nodes by (``ops/ctape.py``; built now if not yet)."""
+    from .ops import ctape
+
+    return "C" if ctape.load() is not None else f"Python ({ctape.why_not()})"
 
 
 def _cshim_why_not() -> str | None:

@@ -101,6 +101,7 @@ class Steps:
     __slots__ = ("funcs", "first")
 
     def __init__(self, tape, rp) -> None:
+        _maker()
         first_use: set = set()
         shapes = []
         watched = False
@@ -155,6 +156,17 @@ def _differs(x: str, v, const, depth: int) -> str:
     if plain(v) == 1:
         return f"({x}.__class__ is not {const(c)} or {x} != {const(v)})"
     return f"not SAME({x}, {const(v)})"
+
+
+def _maker() -> None:
+    """The C node maker (``ctape.py``) in the steps' globals, asked for once: a step then makes each node
+    and its array in one call (``MKA``, ``MKN``); without it, in Python."""
+    if "C" not in _GLOBALS:
+        from . import ctape  # (the first tape builds or loads it)
+        mod = ctape.load()
+        if mod is not None:
+            _GLOBALS["MKN"], _GLOBALS["MKA"] = mod.node, mod.array
+        _GLOBALS["C"] = mod is not None
 
 
 def _factory(src: str):
@@ -234,10 +246,35 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
     for k in c.outs:
         if k >= base:
             held[k - base] += 1
+    # the result that is each node's first (made with its node in one call of the C maker), and the
+    # nodes the call's code reads again (inputs of its later nodes, groups, the watched first node)
+    first_out = {}
+    for m, k in enumerate(c.outs):
+        if k >= base:
+            first_out.setdefault(k - base, m)
+    again = {k - base for _, _, _, _, ins in c.nodes for k in ins if k >= base}
+    again.update(k - base for g in c.groups for k in g)
+    again.update(k - base for m, k in enumerate(c.outs) if k >= base and first_out[k - base] != m)
+    if watch:
+        again.add(0)
+    made_out: set = set()
     for j, (prim, shape, dtype, stream, ins) in enumerate(c.nodes):
-        # ArrayData.__init__ written out (a frame less per node): the same fields, in its order
         n = f"n{j}"
         p = f"{const(prim)}.make()" if prim.__class__ is HostData else const(prim)
+        if _GLOBALS.get("C"):
+            spec = const((shape, dtype, stream, stream.device, held[j]))
+            args = "".join(f", {env[k]}" for k in ins)
+            if j in first_out:
+                m = first_out[j]
+                made_out.add(m)
+                out.append(f"        r{m} = MKA(M, {spec}, {p}{args})")
+                if j in again:
+                    out.append(f"        {n} = r{m}._data")
+            else:
+                out.append(f"        {n} = MKN(M, {spec}, {p}{args})")
+            env.append(n)
+            continue
+        # ArrayData.__init__ written out (a frame less per node): the same fields, in its order
         out.append(f"        {n} = NEW(AD)")
         out.append(f"        {n}.shape = {const(shape)}")
         out.append(f"        {n}.dtype = {const(dtype)}")
@@ -261,6 +298,9 @@ def _source(c, tape, first_use: set, watch: bool) -> tuple:
     for m, k in enumerate(c.outs):
         if k < 0:
             results.append(f"v{-1 - k}")
+            continue
+        if m in made_out:
+            results.append(f"r{m}")
             continue
         out.append(f"        r{m} = NEW(A)")
         out.append(f"        r{m}._data = {env[k]}")

@@ -1,0 +1,142 @@
+/* The tape's node maker (ops/ctape.py loads it; ops/tape_steps.py calls it from the compiled steps).
+
+   A replayed op call makes its recorded nodes anew on the call's arrays: an ArrayData with its ten
+   fields, its inputs' user counts raised by one, appended to the replay's list of made nodes, and
+   usually an Array bound to it. Written out in Python that is about fifteen attribute stores a call;
+   here it is one call. The objects are made as object.__new__ makes them (the type's tp_alloc) and
+   their __slots__ are filled through the slots' offsets, read once from the types' member
+   descriptors (init), so the objects are exactly those the Python path makes.
+
+   node(made, spec, prim, *inputs) -> the node     spec: (shape, dtype, stream, device, arrays)
+   array(made, spec, prim, *inputs) -> an Array bound to the node (the node's arrays count is spec's) */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+static PyTypeObject *node_type, *array_type;
+/* offsets of ArrayData's slots, in NODE_SLOTS' order, and of Array's _data */
+static const char *NODE_SLOTS[] = {"shape", "dtype", "stream", "device", "prim", "inputs", "siblings",
+                                   "buffer", "users", "arrays"};
+enum { SHAPE, DTYPE, STREAM, DEVICE, PRIM, INPUTS, SIBLINGS, BUFFER, USERS, ARRAYS, NSLOTS };
+static Py_ssize_t node_off[NSLOTS], data_off;
+static PyObject *zero;
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+static int offset_of(PyTypeObject *t, const char *name, Py_ssize_t *off) {
+    PyObject *d = PyDict_GetItemString(t->tp_dict, name); /* borrowed */
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s has no slot %s", t->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
+        m->offset + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", t->tp_name, name);
+        return -1;
+    }
+    *off = m->offset;
+    return 0;
+}
+
+static PyObject *init(PyObject *self, PyObject *args) {
+    PyTypeObject *nt, *at;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &nt, &PyType_Type, &at))
+        return NULL;
+    for (int k = 0; k < NSLOTS; k++)
+        if (offset_of(nt, NODE_SLOTS[k], &node_off[k]) < 0)
+            return NULL;
+    if (offset_of(at, "_data", &data_off) < 0)
+        return NULL;
+    Py_XSETREF(node_type, (PyTypeObject *)Py_NewRef(nt));
+    Py_XSETREF(array_type, (PyTypeObject *)Py_NewRef(at));
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The node of (made, spec, prim, *inputs); a new reference, appended to made. */
+static PyObject *make(PyObject *const *args, Py_ssize_t nargs) {
+    if (node_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ctape: init was not called");
+        return NULL;
+    }
+    if (nargs < 3 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]) || PyTuple_GET_SIZE(args[1]) != 5) {
+        PyErr_SetString(PyExc_TypeError, "ctape: (made list, (shape, dtype, stream, device, arrays), prim, *inputs)");
+        return NULL;
+    }
+    Py_ssize_t n_in = nargs - 3;
+    PyObject *const *in = args + 3;
+    for (Py_ssize_t k = 0; k < n_in; k++) {  /* all checked before anything changes */
+        if (!PyObject_TypeCheck(in[k], node_type) || SLOT(in[k], node_off[USERS]) == NULL ||
+            !PyLong_CheckExact(SLOT(in[k], node_off[USERS]))) {
+            PyErr_SetString(PyExc_TypeError, "ctape: an input is not a node with a user count");
+            return NULL;
+        }
+    }
+    PyObject *spec = args[1];
+    PyObject *inputs = PyTuple_New(n_in);
+    if (inputs == NULL)
+        return NULL;
+    PyObject *n = node_type->tp_alloc(node_type, 0);
+    if (n == NULL) {
+        Py_DECREF(inputs);
+        return NULL;
+    }
+    SLOT(n, node_off[SHAPE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 0));
+    SLOT(n, node_off[DTYPE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 1));
+    SLOT(n, node_off[STREAM]) = Py_NewRef(PyTuple_GET_ITEM(spec, 2));
+    SLOT(n, node_off[DEVICE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 3));
+    SLOT(n, node_off[PRIM]) = Py_NewRef(args[2]);
+    SLOT(n, node_off[INPUTS]) = inputs;
+    SLOT(n, node_off[SIBLINGS]) = Py_NewRef(Py_None);
+    SLOT(n, node_off[BUFFER]) = Py_NewRef(Py_None);
+    SLOT(n, node_off[USERS]) = Py_NewRef(zero);
+    SLOT(n, node_off[ARRAYS]) = Py_NewRef(PyTuple_GET_ITEM(spec, 4));
+    for (Py_ssize_t k = 0; k < n_in; k++) {
+        PyObject *i = in[k];
+        PyTuple_SET_ITEM(inputs, k, Py_NewRef(i));
+        PyObject **u = &SLOT(i, node_off[USERS]);
+        Py_ssize_t v = PyLong_AsSsize_t(*u);
+        PyObject *w = v == -1 && PyErr_Occurred() ? NULL : PyLong_FromSsize_t(v + 1);
+        if (w == NULL) {  /* (a count past Py_ssize_t: the earlier inputs' counts stay raised, as in Python) */
+            Py_DECREF(n);
+            return NULL;
+        }
+        Py_SETREF(*u, w);
+    }
+    if (PyList_Append(args[0], n) < 0) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    return n;
+}
+
+static PyObject *node(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return make(args, nargs);
+}
+
+static PyObject *array(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *n = make(args, nargs);
+    if (n == NULL)
+        return NULL;
+    PyObject *a = array_type->tp_alloc(array_type, 0);
+    if (a == NULL) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    SLOT(a, data_off) = n;  /* (the reference make returned) */
+    return a;
+}
+
+static PyMethodDef methods[] = {
+    {"init", init, METH_VARARGS, "init(ArrayData, Array): read the slots' offsets"},
+    {"node", (PyCFunction)(void (*)(void))node, METH_FASTCALL, "node(made, spec, prim, *inputs) -> node"},
+    {"array", (PyCFunction)(void (*)(void))array, METH_FASTCALL, "array(made, spec, prim, *inputs) -> Array"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_laneflow_ctape", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__laneflow_ctape(void) { return PyModule_Create(&module); }

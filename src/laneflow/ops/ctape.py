@@ -1,0 +1,62 @@
+"""The tape's node maker in C (``ctape.c``): a replayed op call makes its nodes and its result in one call
+instead of about fifteen attribute stores in the compiled step (``tape_steps.py``).
+
+Why: a replayed call of GPT-2 small's 308 costs about 0.7 us beyond the model's own Python, and making
+the node and its array was about half of it (2026-12-05, the CPU VM). The objects made are those the
+Python steps make (the types' own allocation, the same fields), so nothing downstream can tell.
+
+Built with the system C compiler at the first tape and kept in the signed disk cache (``native.py``);
+without a compiler or Python's headers, or with ``LANEFLOW_CTAPE=0``, the steps make their nodes in
+Python as before, and :func:`why_not` says why (``python -m laneflow info`` too).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from .. import disk_cache, native
+from ..array import Array
+from ..graph.node import ArrayData
+
+NAME = "_laneflow_ctape"
+SOURCE = Path(__file__).with_name("ctape.c")
+
+_lock = threading.Lock()
+_state: list = [None]  # the loaded module, or why it is not used (a str); None: not asked yet
+
+
+def load() -> ModuleType | None:
+    """The node maker, or None when it cannot be used (:func:`why_not` says why). Built or loaded once
+    per process."""
+    got = _state[0]
+    if got is None:
+        with _lock:
+            got = _state[0]
+            if got is None:
+                try:
+                    got = _open()
+                except native.NotBuilt as e:
+                    got = str(e)
+                except Exception as e:  # noqa: BLE001 - any failure means the Python path, said why
+                    got = f"the tape's node maker did not load ({type(e).__name__}: {str(e)[:200]})"
+                _state[0] = got
+    return None if got.__class__ is str else got
+
+
+def why_not() -> str | None:
+    """Why the node maker is not used (None: it is, or it was not asked for yet)."""
+    got = _state[0]
+    return got if got.__class__ is str else None
+
+
+def _open() -> ModuleType:
+    if os.environ.get("LANEFLOW_CTAPE", "1") == "0":
+        raise native.NotBuilt("LANEFLOW_CTAPE=0")
+    mod = disk_cache.cached(native.key("ctape", SOURCE.read_bytes()),
+                            lambda: native.compile(NAME, SOURCE, "the tape's node maker"),
+                            lambda image: native.load(NAME, image, "array"), unusable=(ImportError,))
+    mod.init(ArrayData, Array)
+    return mod

@@ -1,0 +1,169 @@
+"""The tape's node maker in C (ops/ctape.c): the nodes and arrays it makes are those the Python steps make,
+field for field, with the inputs' user counts raised and no reference leaked; bad arguments raise and
+change nothing; without it (no compiler, LANEFLOW_CTAPE=0) the steps make their nodes in Python and say
+why. tests/test_tape.py runs every replay case both ways."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+from conftest import run_laneflow_script
+from laneflow.array import Array
+from laneflow.graph import eval_cache, tape
+from laneflow.graph.node import ArrayData
+from laneflow.ops import ctape, tape_steps
+from laneflow.ops.primitives import Constant
+
+MAKER = ctape.load()
+needs_maker = pytest.mark.skipif(MAKER is None, reason=f"the tape's node maker is not built here ({ctape.why_not()})")
+
+FIELDS = ArrayData.__slots__[:-1]  # (all but __weakref__)
+
+
+def _leaf(st, shape=(2, 3)):
+    d = ArrayData(shape, np.dtype("float32"), st, None)
+    return d
+
+
+@needs_maker
+def test_a_node_made_in_c_is_the_node_python_makes():
+    st = lf.new_stream(lf.cpu, lanes=1)
+    a, b = _leaf(st), _leaf(st)
+    a.users, b.users = 2, 0
+    prim = Constant(np.zeros(3), "x")
+    shape, dtype = (2, 3), np.dtype("float32")
+    made = []
+    r = MAKER.array(made, (shape, dtype, st, st.device, 1), prim, a, b, a)
+    n = r._data
+    assert type(r) is Array and type(n) is ArrayData and made == [n]
+    ref = ArrayData(shape, dtype, st, prim, (a, b, a))  # (raises a's count twice more, b's once)
+    ref.arrays = 1
+    for f in FIELDS:
+        got, want = getattr(n, f), getattr(ref, f)
+        assert got == want and type(got) is type(want), f
+    assert n.inputs[0] is a and n.inputs[1] is b and n.prim is prim and n.stream is st
+    assert (a.users, b.users) == (2 + 2 + 2, 1 + 1)
+    # a node without an array
+    m = MAKER.node(made, ((4,), dtype, st, st.device, 0), prim)
+    assert made == [n, m] and m.inputs == () and m.arrays == 0 and m.users == 0
+    # the array lets its node's count go like any Array
+    del r
+    gc.collect()
+    assert n.arrays == 0
+
+
+@needs_maker
+def test_making_and_dropping_nodes_leaks_no_reference():
+    st = lf.new_stream(lf.cpu, lanes=1)
+    a = _leaf(st)
+    a.users = 0
+    prim, shape = Constant(np.zeros(3), "x"), (2, 3)
+    spec = (shape, np.dtype("float32"), st, st.device, 1)
+    counts = lambda: [sys.getrefcount(x) for x in (a, prim, shape, st, spec)]  # noqa: E731
+    before = counts()
+    for _ in range(1000):
+        made = []
+        r = MAKER.array(made, spec, prim, a)
+        MAKER.node(made, spec, prim, r._data, a)
+        del r, made
+    gc.collect()
+    assert counts() == before
+    assert a.users == 2000  # (counts stay raised: the nodes' inputs are not released by their death)
+
+
+@needs_maker
+def test_bad_arguments_raise_and_change_nothing():
+    st = lf.new_stream(lf.cpu, lanes=1)
+    a = _leaf(st)
+    a.users = 5
+    spec = ((2, 3), np.dtype("float32"), st, st.device, 1)
+    made = []
+    for args in [((), spec, None, a), (made, spec[:4], None, a), (made, list(spec), None, a),
+                 (made, spec, None, a, "not a node"), (made, spec), (made, spec, None, object())]:
+        with pytest.raises(TypeError):
+            MAKER.array(*args)
+    unset = ArrayData.__new__(ArrayData)  # (no user count yet)
+    with pytest.raises(TypeError):
+        MAKER.node(made, spec, None, a, unset)
+    assert a.users == 5 and made == []
+
+
+@needs_maker
+def test_init_takes_only_types_with_the_slots():
+    class NoSlots:
+        pass
+
+    class ReadOnly:
+        __slots__ = ("_data",)
+    with pytest.raises(TypeError, match="no slot shape"):
+        MAKER.init(NoSlots, Array)
+    with pytest.raises(TypeError, match="no slot _data"):
+        MAKER.init(ArrayData, NoSlots)
+    with pytest.raises(TypeError):
+        MAKER.init(ArrayData, 3)
+    MAKER.init(ArrayData, Array)  # (as loaded)
+
+
+@needs_maker
+def test_the_compiled_steps_use_the_maker_and_give_numpy_values(monkeypatch):
+    eval_cache.clear()
+    lf.set_plan_cache(tape=True)
+    st = lf.new_stream(lf.cpu, lanes=1)
+    rng = np.random.default_rng(3)
+    wn = rng.standard_normal((5, 5))
+    w = lf.array(wn, stream=st)
+    lf.eval(w)
+    tape_steps._maker()  # (the maker in the steps' globals before a mode is forced)
+    for mode in (True, False):
+        eval_cache.clear()
+        monkeypatch.setitem(tape_steps._GLOBALS, "C", mode)
+        before = tape.STATS["tape_replays"]
+        for _ in range(8):
+            xn = rng.standard_normal((3, 5))
+            x = lf.array(xn, stream=st)
+            lf.eval(x)
+            with lf.stream(st):
+                y = lf.tanh(x @ w) * 2.0 + x
+                z = y.sum(axis=1)
+            lf.eval(y, z)
+            np.testing.assert_allclose(np.asarray(y), np.tanh(xn @ wn) * 2.0 + xn, rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(z), (np.tanh(xn @ wn) * 2.0 + xn).sum(axis=1), rtol=1e-12)
+        assert tape.STATS["tape_replays"] - before >= 2
+        t, = [t for ts in tape.TAPES.values() for t in ts if t.stream is st]
+        src = "".join(tape_steps.Steps.source(t, k) for k in range(len(t.calls)))
+        assert ("MKA(" in src) == mode and ("NEW(AD)" in src) == (not mode)
+    eval_cache.clear()
+
+
+def _run(code: str, tmp_path, **env) -> str:
+    return run_laneflow_script(code, tmp_path, unset=("LANEFLOW_CTAPE",), **env)
+
+
+_WHY = """
+from laneflow.ops import ctape
+from laneflow import info
+print(ctape.load() is None, ctape.why_not(), info.collect()["tape node maker"])
+"""
+
+
+def test_without_the_maker_the_steps_run_in_python_and_say_why(tmp_path):
+    out = _run(_WHY, tmp_path, LANEFLOW_CTAPE="0")
+    assert out.startswith("True LANEFLOW_CTAPE=0 Python (LANEFLOW_CTAPE=0)"), out
+    out = _run(_WHY, tmp_path, CC="no-such-compiler-here")
+    assert "True no C compiler (no-such-compiler-here)" in out, out
+    assert not (tmp_path / "kc").exists() or not [p for p in os.listdir(tmp_path / "kc") if p.startswith("ctape-")]
+
+
+@needs_maker
+def test_a_later_process_loads_the_maker_from_the_signed_cache(tmp_path):
+    assert _run(_WHY, tmp_path).startswith("False None C"), "built"
+    assert [p for p in os.listdir(tmp_path / "kc") if p.startswith("ctape-")]
+    # a later process loads the cached build (its compiler is not called)
+    boom = "from laneflow import native\ndef boom(*a):\n    raise AssertionError('built again')\nnative.compile = boom\n"
+    assert _run(boom + _WHY, tmp_path).startswith("False None C")
