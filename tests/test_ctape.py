@@ -107,7 +107,33 @@ def test_init_takes_only_types_with_the_slots():
         MAKER.init(ArrayData, NoSlots)
     with pytest.raises(TypeError):
         MAKER.init(ArrayData, 3)
+    with pytest.raises(TypeError, match="no slot shape"):  # (a built-in type: no crash on 3.12's NULL dict)
+        MAKER.init(int, Array)
+
+    class Half:  # the first slots, then not the rest: a failed init keeps the offsets it had
+        __slots__ = ("shape", "dtype", "stream")
+
+    class Borrowed:  # a descriptor of ArrayData's in another class's dict is not that class's slot
+        pass
+    Borrowed.shape = ArrayData.__dict__["shape"]
+    for bad in (Half, Borrowed):
+        with pytest.raises(TypeError):
+            MAKER.init(bad, Array)
+    st = lf.new_stream(lf.cpu, lanes=1)
+    spec = ((2,), np.dtype("float32"), st, st.device, 0)
+    n = MAKER.node([], spec, None)
+    assert type(n) is ArrayData and n.shape == (2,) and n.dtype == np.dtype("float32") and n.users == 0
+    assert n.stream is st and n.device is st.device and n.buffer is None
     MAKER.init(ArrayData, Array)  # (as loaded)
+
+
+@needs_maker
+def test_a_user_count_past_a_machine_word_is_raised_as_python_would():
+    st = lf.new_stream(lf.cpu, lanes=1)
+    a, b = _leaf(st), _leaf(st)
+    a.users, b.users = sys.maxsize, 2 ** 70
+    MAKER.node([], ((2, 3), np.dtype("float32"), st, st.device, 0), None, a, b)
+    assert (a.users, b.users) == (sys.maxsize + 1, 2 ** 70 + 1)
 
 
 @needs_maker

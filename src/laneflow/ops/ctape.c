@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 
 static PyTypeObject *node_type, *array_type;
 /* offsets of ArrayData's slots, in NODE_SLOTS' order, and of Array's _data */
@@ -20,13 +21,16 @@ static const char *NODE_SLOTS[] = {"shape", "dtype", "stream", "device", "prim",
                                    "buffer", "users", "arrays"};
 enum { SHAPE, DTYPE, STREAM, DEVICE, PRIM, INPUTS, SIBLINGS, BUFFER, USERS, ARRAYS, NSLOTS };
 static Py_ssize_t node_off[NSLOTS], data_off;
-static PyObject *zero;
+static PyObject *zero, *one;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
 static int offset_of(PyTypeObject *t, const char *name, Py_ssize_t *off) {
-    PyObject *d = PyDict_GetItemString(t->tp_dict, name); /* borrowed */
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+    /* (a class's own slot: a heap type's dict holds its member descriptors; a built-in type's dict
+       may be NULL from 3.12 on) */
+    PyObject *d = PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE) && t->tp_dict != NULL
+                  ? PyDict_GetItemString(t->tp_dict, name) : NULL; /* borrowed */
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || PyDescr_TYPE(d) != t) {
         PyErr_Format(PyExc_TypeError, "%s has no slot %s", t->tp_name, name);
         return -1;
     }
@@ -42,13 +46,18 @@ static int offset_of(PyTypeObject *t, const char *name, Py_ssize_t *off) {
 
 static PyObject *init(PyObject *self, PyObject *args) {
     PyTypeObject *nt, *at;
+    Py_ssize_t offs[NSLOTS], d_off;
     if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &nt, &PyType_Type, &at))
         return NULL;
-    for (int k = 0; k < NSLOTS; k++)
-        if (offset_of(nt, NODE_SLOTS[k], &node_off[k]) < 0)
+    for (int k = 0; k < NSLOTS; k++)  /* (all read before any is kept: a failed init changes nothing) */
+        if (offset_of(nt, NODE_SLOTS[k], &offs[k]) < 0)
             return NULL;
-    if (offset_of(at, "_data", &data_off) < 0)
+    if (offset_of(at, "_data", &d_off) < 0)
         return NULL;
+    if (one == NULL && (one = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    memcpy(node_off, offs, sizeof offs);
+    data_off = d_off;
     Py_XSETREF(node_type, (PyTypeObject *)Py_NewRef(nt));
     Py_XSETREF(array_type, (PyTypeObject *)Py_NewRef(at));
     if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
@@ -79,6 +88,8 @@ static PyObject *make(PyObject *const *args, Py_ssize_t nargs) {
     PyObject *inputs = PyTuple_New(n_in);
     if (inputs == NULL)
         return NULL;
+    for (Py_ssize_t k = 0; k < n_in; k++)  /* (filled before anything else is allocated) */
+        PyTuple_SET_ITEM(inputs, k, Py_NewRef(in[k]));
     PyObject *n = node_type->tp_alloc(node_type, 0);
     if (n == NULL) {
         Py_DECREF(inputs);
@@ -95,12 +106,16 @@ static PyObject *make(PyObject *const *args, Py_ssize_t nargs) {
     SLOT(n, node_off[USERS]) = Py_NewRef(zero);
     SLOT(n, node_off[ARRAYS]) = Py_NewRef(PyTuple_GET_ITEM(spec, 4));
     for (Py_ssize_t k = 0; k < n_in; k++) {
-        PyObject *i = in[k];
-        PyTuple_SET_ITEM(inputs, k, Py_NewRef(i));
-        PyObject **u = &SLOT(i, node_off[USERS]);
+        PyObject **u = &SLOT(in[k], node_off[USERS]);
         Py_ssize_t v = PyLong_AsSsize_t(*u);
-        PyObject *w = v == -1 && PyErr_Occurred() ? NULL : PyLong_FromSsize_t(v + 1);
-        if (w == NULL) {  /* (a count past Py_ssize_t: the earlier inputs' counts stay raised, as in Python) */
+        PyObject *w;
+        if (v == -1 && PyErr_Occurred()) {  /* (a count past Py_ssize_t: Python's int addition) */
+            PyErr_Clear();
+            w = PyNumber_Add(*u, one);
+        } else {
+            w = v == PY_SSIZE_T_MAX ? PyNumber_Add(*u, one) : PyLong_FromSsize_t(v + 1);
+        }
+        if (w == NULL) {  /* (out of memory: the earlier inputs' counts stay raised, as a Python step's would) */
             Py_DECREF(n);
             return NULL;
         }
