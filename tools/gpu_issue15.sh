@@ -14,6 +14,7 @@
 #      turns (one process each: the host drifts between processes)
 #   7. bench gpt2 --order sequential (SEQ=1, the default; SEQ=0 skips it): the same rows one at a time,
 #      against step 1's rows taking turns
+#   8. tools/probe_tape.py --maker, B=1: the tape's node maker in C against the Python steps, in one process
 # Logs go to $OUT (default ./gpu-issue15-out); a short table is printed last. REPEAT (default 40) sets
 # bench gpt2's repeats.
 set -u
@@ -51,6 +52,8 @@ if [ "${SEQ:-1}" = 1 ]; then
     --order sequential >"$OUT/bench-gpt2-sequential.log" 2>&1
   echo "bench gpt2 sequential rc=$?" >>"$OUT/env.txt"
 fi
+timeout 120 python3 tools/probe_tape.py --batch 1 --rounds 4 --steps 15 --maker >"$OUT/probe-tape-maker.log" 2>&1
+echo "probe_tape --maker rc=$?" >>"$OUT/env.txt"
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.txt)
 
 echo "== env"; cat "$OUT/env.txt"
@@ -59,6 +62,7 @@ grep -E "lf.nn eager |lf.nn compiled  |lf.nn eager, uncached|not taped|torch (ea
   | grep -v "^ *│ *│" | cut -c1-110
 grep -o "tape_last_failure[^}]*" "$OUT/bench-gpt2.log" | sort | uniq -c | head -5
 echo "== probe_tape"; grep -hE "GPT-2|tape (on|off)" "$OUT"/probe-tape-b*.log
+echo "== node maker A/B"; grep -hE "GPT-2|maker|Python" "$OUT/probe-tape-maker.log"
 echo "== profile_gpt2 split"; grep -h "^split" "$OUT"/profile-gpt2-tape*.log | cut -c1-400
 echo "== uncached chain"; grep -hE "per add" "$OUT/profile-chain.log"
 echo "== bench dispatch"; grep -E "uncached, fusion off|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | head -6
