@@ -5,7 +5,8 @@ Why: a replayed call of GPT-2 small's 308 costs about 0.7 us beyond the model's 
 the node and its array was about half of it (2026-12-05, the CPU VM). The objects made are those the
 Python steps make (the types' own allocation, the same fields), so nothing downstream can tell.
 
-Built with the system C compiler at the first tape and kept in the signed disk cache (``native.py``);
+Built with the system C compiler at the first tape (about 0.2 s, once per machine and Python) and kept in
+the signed disk cache (``native.py``; a later process loads it in about a millisecond);
 without a compiler or Python's headers, or with ``LANEFLOW_CTAPE=0``, the steps make their nodes in
 Python as before, and :func:`why_not` says why (``python -m laneflow info`` too).
 """
