@@ -193,3 +193,27 @@ def test_a_later_process_loads_the_maker_from_the_signed_cache(tmp_path):
     # a later process loads the cached build (its compiler is not called)
     boom = "from laneflow import native\ndef boom(*a):\n    raise AssertionError('built again')\nnative.compile = boom\n"
     assert _run(boom + _WHY, tmp_path).startswith("False None C")
+
+
+@needs_maker
+def test_same_counts_is_the_python_check_of_a_replays_nodes():
+    st = lf.new_stream(lf.cpu, lanes=1)
+    made = [_leaf(st) for _ in range(4)]
+    for d, u, a in zip(made, (0, 2, 1, 0), (1, 0, 0, 3)):
+        d.users, d.arrays = u, a
+
+    def python(made, users, held):  # tape_replay.Replayer.found's check without the maker
+        arrays = [d.arrays for d in made]
+        return ([d.users for d in made] == users and arrays.count(0) == held.count(0)
+                and all(arrays[k] for k, h in enumerate(held) if h))
+    users, held = [0, 2, 1, 0], bytes([1, 0, 0, 1])
+    assert MAKER.same_counts(made, users, held) and python(made, users, held)
+    for u, h in [([0, 2, 2, 0], held), ([0, 2, 1], held), (users, bytes([1, 0, 1, 1])),
+                 (users, bytes([0, 0, 0, 1])), (users, bytes([1, 0, 0]))]:
+        assert not MAKER.same_counts(made, u, h), (u, h)
+    assert not MAKER.same_counts(made[:3] + [object()], users, held)
+    unset = ArrayData.__new__(ArrayData)
+    assert not MAKER.same_counts(made[:3] + [unset], users, held)
+    for bad in [(made, users), (tuple(made), users, held), (made, users, list(held))]:
+        with pytest.raises(TypeError):
+            MAKER.same_counts(*bad)

@@ -8,7 +8,8 @@
    descriptors (init), so the objects are exactly those the Python path makes.
 
    node(made, spec, prim, *inputs) -> the node     spec: (shape, dtype, stream, device, arrays)
-   array(made, spec, prim, *inputs) -> an Array bound to the node (the node's arrays count is spec's) */
+   array(made, spec, prim, *inputs) -> an Array bound to the node (the node's arrays count is spec's)
+   same_counts(made, users, held) -> whether the made nodes' counts are the recorded ones */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -145,10 +146,51 @@ static PyObject *array(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return a;
 }
 
+/* same_counts(made, users, held): whether every node of the list made has the user count of the list
+   users and is held by an array exactly where the bytes held are 1 (the recorded graph's counts: what a
+   whole replay's evaluation checks before it takes the tape's graph, ops/tape_replay.py). */
+static PyObject *same_counts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (node_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ctape: init was not called");
+        return NULL;
+    }
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "ctape.same_counts(made list, users list, held bytes)");
+        return NULL;
+    }
+    PyObject *made = args[0], *users = args[1];
+    const char *held = PyBytes_AS_STRING(args[2]);
+    Py_ssize_t n = PyList_GET_SIZE(made);
+    if (PyList_GET_SIZE(users) != n || PyBytes_GET_SIZE(args[2]) != n)
+        Py_RETURN_FALSE;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *d = PyList_GET_ITEM(made, k);
+        if (!PyObject_TypeCheck(d, node_type))
+            Py_RETURN_FALSE;
+        PyObject *u = SLOT(d, node_off[USERS]), *a = SLOT(d, node_off[ARRAYS]);
+        if (u == NULL || a == NULL)
+            Py_RETURN_FALSE;
+        int eq = PyObject_RichCompareBool(u, PyList_GET_ITEM(users, k), Py_EQ);
+        if (eq <= 0) {
+            if (eq < 0)
+                return NULL;
+            Py_RETURN_FALSE;
+        }
+        int t = PyObject_IsTrue(a);
+        if (t < 0)
+            return NULL;
+        if (t != (held[k] != 0))
+            Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(ArrayData, Array): read the slots' offsets"},
     {"node", (PyCFunction)(void (*)(void))node, METH_FASTCALL, "node(made, spec, prim, *inputs) -> node"},
     {"array", (PyCFunction)(void (*)(void))array, METH_FASTCALL, "array(made, spec, prim, *inputs) -> Array"},
+    {"same_counts", (PyCFunction)(void (*)(void))same_counts, METH_FASTCALL,
+     "same_counts(made, users, held) -> whether the nodes' user counts and held flags are those recorded"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -289,6 +289,7 @@ class Recorder:
                     tape.users = list(map(_USERS, made))
                     tape.held = [k for k, d in enumerate(made) if d.arrays]
                     tape.unheld = len(made) - len(tape.held)
+                    tape.held_mask = bytes(1 if d.arrays else 0 for d in made)
 
     def finish(self, looked: bool = True) -> None:
         """At the step's evaluation: the tape is filed when the step hit the wanted entry; else the

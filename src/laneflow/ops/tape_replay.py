@@ -30,7 +30,7 @@ class Tape:
     step's input): then the tape lets the recorded one go."""
 
     __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses", "tries",
-                 "replayer", "steps", "template", "perm", "in_order", "leaf_base", "slot_at", "users", "held", "unheld", "made")
+                 "replayer", "steps", "template", "perm", "in_order", "leaf_base", "slot_at", "users", "held", "unheld", "held_mask", "made", "same_counts")
 
     def __init__(self, calls: list, entry, leaves: list):
         self.calls, self.entry, self.leaves = calls, entry, leaves
@@ -39,11 +39,13 @@ class Tape:
         self.leaf_ids = set(map(id, leaves))
         self.first = calls[0].fn
         self.misses = self.tries = 0
-        self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held = self.unheld = None
+        self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held = self.unheld = self.held_mask = None
         self.made = None  # (Recorder.hit, Replayer.found)
         self.in_order = False  # perm is 0, 1, ... len(made) - 1: the made nodes are the graph's order
         self.replayer = Replayer(self)
         self.steps = _steps.Steps(self, self.replayer)
+        g = _steps._GLOBALS  # (the C node maker's check of the made nodes' counts, if its steps use it)
+        self.same_counts = g["CM"] if g.get("C") else None
 
     def name(self, k: int) -> str:
         """The ``k``-th call's op, as a user wrote it (``lf.add``, ``Array.__add__``)."""
@@ -194,11 +196,15 @@ class Replayer:
         # Every node's users as recorded (not their sum: an op that is not taped, say lf.sort, may read
         # another intermediate than in the recorded step), and the same nodes held by arrays (what the
         # template's key reads of them).
-        if list(map(_USERS, made)) != t.users:
-            return None
-        arrays = list(map(_ARRAYS, made))
-        if arrays.count(0) != t.unheld or not all(map(arrays.__getitem__, t.held)):
-            return None
+        if t.same_counts is not None:  # (one pass in C: ops/ctape.c)
+            if not t.same_counts(made, t.users, t.held_mask):
+                return None
+        else:
+            if list(map(_USERS, made)) != t.users:
+                return None
+            arrays = list(map(_ARRAYS, made))
+            if arrays.count(0) != t.unheld or not all(map(arrays.__getitem__, t.held)):
+                return None
         nodes = made if t.in_order else list(map(made.__getitem__, t.perm))  # (made is not changed after)
         pos = tpl.root_pos
         if len(roots) != len(pos) or not all(map(is_, roots, map(nodes.__getitem__, pos))):

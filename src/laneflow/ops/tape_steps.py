@@ -165,7 +165,7 @@ def _maker() -> None:
         from . import ctape  # (the first tape builds or loads it)
         mod = ctape.load()
         if mod is not None:
-            _GLOBALS["MKN"], _GLOBALS["MKA"] = mod.node, mod.array
+            _GLOBALS["MKN"], _GLOBALS["MKA"], _GLOBALS["CM"] = mod.node, mod.array, mod.same_counts
         _GLOBALS["C"] = mod is not None
 
 
