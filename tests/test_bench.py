@@ -145,7 +145,8 @@ def test_rows_taking_turns_all_run_as_often_in_a_sample(monkeypatch):
     # more than MAX_SAMPLE_FACTOR x 4 ms, so they keep their own count (not as many as would fit)
     assert (fast.runs, slow.runs, middle.runs, slower.runs) == (8, 8, 1, 1)
     assert 8 * 0.01 > harness.MAX_SAMPLE_FACTOR * 0.004 > 2 * 0.01
-    assert calls["fast"] == calls["slow"] == 1 + 3 + 2 * 8 and calls["slower"] == 1 + 3 + 2  # (warm-up, timed, samples)
+    timed = harness.Sampler.TIMED
+    assert calls["fast"] == calls["slow"] == 1 + timed + 2 * 8 and calls["slower"] == 1 + timed + 2  # (warm-up, timed, samples)
     assert slow.to_json()["runs_per_sample"] == 8 and broken.status == "error"
     out = io.StringIO()
     print_results("tiny", [fast, slow, middle, slower, broken], file=out)
@@ -160,7 +161,7 @@ def test_rows_taking_turns_all_run_as_often_in_a_sample(monkeypatch):
     assert run_impl(case, row("slow", 0.004), repeat=1, min_sample_s=0.004).runs == 1
     # a row whose first runs are slow (an eager row building its plan) is counted by its fastest timed run
     clock[0] = 0.0
-    costs = iter([2.0 ** -5, 2.0 ** -5])  # (powers of two: the fake clock's sums are exact)
+    costs = iter([2.0 ** -5] * harness.Sampler.TIMED)  # (powers of two: the fake clock's sums are exact)
 
     def warming():
         clock[0] += next(costs, 2.0 ** -11)

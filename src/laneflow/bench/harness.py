@@ -198,8 +198,10 @@ class Sampler:
     least once) and records the mean, so microsecond workloads are not lost in timer resolution.
     """
 
-    #: runs timed to choose ``inner`` (the fastest counts: an eager row's first runs build its plan)
-    TIMED = 3
+    #: runs timed to choose ``inner``; the fastest counts: an eager laneflow row's first runs are its
+    #: step sighted, built, hit, taped, and only then replayed (with 3, the plain CPU forward's fastest
+    #: was now and then a 3.4 ms run of the plan as commands: it kept one run a sample, 2026-12-05)
+    TIMED = 5
 
     def __init__(self, impl: Impl, warmup: int = 1, min_sample_s: float = 0.0):
         self.impl, self.warmup, self.min_sample_s = impl, warmup, min_sample_s
