@@ -183,6 +183,8 @@ def test_without_the_maker_the_steps_run_in_python_and_say_why(tmp_path):
     assert out.startswith("True LANEFLOW_CTAPE=0 Python (LANEFLOW_CTAPE=0)"), out
     out = _run(_WHY, tmp_path, CC="no-such-compiler-here")
     assert "True no C compiler (no-such-compiler-here)" in out, out
+    out = _run(_WHY, tmp_path, CC="false")  # (a compiler that fails without a word: its exit status)
+    assert "True building the tape's node maker failed: exit status 1" in out, out
     assert not (tmp_path / "kc").exists() or not [p for p in os.listdir(tmp_path / "kc") if p.startswith("ctape-")]
 
 

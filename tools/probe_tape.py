@@ -68,7 +68,8 @@ def main() -> None:
 
     tape_steps._maker()
     for on in (True, False) if maker else (True,):
-        tape_steps._GLOBALS["C"] = on or not maker  # (the steps of the tape this stream records)
+        if maker:  # (the steps of the tape this stream records; else as loaded)
+            tape_steps._GLOBALS["C"] = on
         for _ in range(8):
             forward(on, record=False)
     for r in range(rounds):

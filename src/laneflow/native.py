@@ -79,7 +79,7 @@ def compile(name: str, source: Path, what: str, link: Sequence[str] = ()) -> byt
         except (OSError, subprocess.TimeoutExpired) as e:
             raise NotBuilt(f"the C compiler failed to run ({e})") from None
         if r.returncode != 0:
-            last = (r.stderr or r.stdout).strip().splitlines()[-3:]
+            last = (r.stderr or r.stdout).strip().splitlines()[-3:] or [f"exit status {r.returncode}"]
             raise NotBuilt(f"building {what} failed: {' / '.join(last)}")
         with open(out, "rb") as f:
             return f.read()

@@ -45,7 +45,7 @@ class Tape:
         self.replayer = Replayer(self)
         self.steps = _steps.Steps(self, self.replayer)
         g = _steps._GLOBALS  # (the C node maker's check of the made nodes' counts, if its steps use it)
-        self.same_counts = g["CM"] if g.get("C") else None
+        self.same_counts = g.get("CM") if g.get("C") else None
 
     def name(self, k: int) -> str:
         """The ``k``-th call's op, as a user wrote it (``lf.add``, ``Array.__add__``)."""
