@@ -61,6 +61,7 @@ echo "== bench gpt2 (B=1 then B=8)"
 grep -E "lf.nn eager |lf.nn compiled  |lf.nn eager, uncached|not taped|torch (eager|graph)|jax jit" "$OUT/bench-gpt2.log" \
   | grep -v "^ *│ *│" | cut -c1-110
 grep -o "tape_last_failure[^}]*" "$OUT/bench-gpt2.log" | sort | uniq -c | head -5
+grep -A4 "^gpt2:" "$OUT/bench-gpt2.log" | tr -s ' ' | tr -d '\n' | grep -o "runs a sample[^┏]*" | cut -c1-400
 echo "== probe_tape"; grep -hE "GPT-2|tape (on|off)" "$OUT"/probe-tape-b*.log
 echo "== node maker A/B"; grep -hE "GPT-2|maker|Python" "$OUT/probe-tape-maker.log"
 echo "== profile_gpt2 split"; grep -h "^split" "$OUT"/profile-gpt2-tape*.log | cut -c1-400
