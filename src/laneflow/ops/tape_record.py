@@ -16,7 +16,7 @@ from ..graph import tape as _g
 from ..graph import tracer as _tracer
 from ..graph.node import ArrayData
 from . import tape_steps as _steps
-from .tape_replay import _USERS, Tape, _name
+from .tape_replay import _ARRAYS, _USERS, Tape, _name
 
 _STATE = _g.STATE
 _tracing = _tracer.ACTIVE
@@ -287,9 +287,7 @@ class Recorder:
                             tape.slot_at.setdefault(s, []).append(p)
                     made = self.made
                     tape.users = list(map(_USERS, made))
-                    tape.held = [k for k, d in enumerate(made) if d.arrays]
-                    tape.unheld = len(made) - len(tape.held)
-                    tape.held_mask = bytes(1 if d.arrays else 0 for d in made)
+                    tape.held_mask = bytes(map(bool, map(_ARRAYS, made)))
 
     def finish(self, looked: bool = True) -> None:
         """At the step's evaluation: the tape is filed when the step hit the wanted entry; else the

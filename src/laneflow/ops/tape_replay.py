@@ -30,7 +30,7 @@ class Tape:
     step's input): then the tape lets the recorded one go."""
 
     __slots__ = ("calls", "first", "entry", "stream", "depth", "leaf_meta", "leaves", "leaf_ids", "misses", "tries",
-                 "replayer", "steps", "template", "perm", "in_order", "leaf_base", "slot_at", "users", "held", "unheld", "held_mask", "made", "same_counts")
+                 "replayer", "steps", "template", "perm", "in_order", "leaf_base", "slot_at", "users", "held_mask", "made", "same_counts")
 
     def __init__(self, calls: list, entry, leaves: list):
         self.calls, self.entry, self.leaves = calls, entry, leaves
@@ -39,7 +39,7 @@ class Tape:
         self.leaf_ids = set(map(id, leaves))
         self.first = calls[0].fn
         self.misses = self.tries = 0
-        self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held = self.unheld = self.held_mask = None
+        self.template = self.perm = self.leaf_base = self.slot_at = self.users = self.held_mask = None
         self.made = None  # (Recorder.hit, Replayer.found)
         self.in_order = False  # perm is 0, 1, ... len(made) - 1: the made nodes are the graph's order
         self.replayer = Replayer(self)
@@ -200,10 +200,7 @@ class Replayer:
             if not t.same_counts(made, t.users, t.held_mask):
                 return None
         else:
-            if list(map(_USERS, made)) != t.users:
-                return None
-            arrays = list(map(_ARRAYS, made))
-            if arrays.count(0) != t.unheld or not all(map(arrays.__getitem__, t.held)):
+            if list(map(_USERS, made)) != t.users or bytes(map(bool, map(_ARRAYS, made))) != t.held_mask:
                 return None
         nodes = made if t.in_order else list(map(made.__getitem__, t.perm))  # (made is not changed after)
         pos = tpl.root_pos
