@@ -21,13 +21,44 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 
 class NotBuilt(Exception):
     """The extension cannot be built here (its message says why)."""
+
+
+class Once:
+    """An extension opened once per process and key (``open_(key)``: built or loaded, and set up), or the
+    reason it is not used: a :class:`NotBuilt`'s message, or any other failure, named with ``what``."""
+
+    def __init__(self, what: str, open_: Callable[[Any], ModuleType]):
+        self.what, self.open = what, open_
+        self.lock = threading.Lock()
+        self.state: dict = {}  # key -> the module, or why it is not used (a str)
+
+    def get(self, key: Any = None) -> ModuleType | None:
+        got = self.state.get(key)
+        if got is None:
+            with self.lock:
+                got = self.state.get(key)
+                if got is None:
+                    try:
+                        got = self.open(key)
+                    except NotBuilt as e:
+                        got = str(e)
+                    except Exception as e:  # noqa: BLE001 - any failure means the Python path, said why
+                        got = f"{self.what} did not load ({type(e).__name__}: {str(e)[:200]})"
+                    self.state[key] = got
+        return None if got.__class__ is str else got
+
+    def why_not(self, key: Any = None) -> str | None:
+        """Why it is not used for ``key`` (None: it is, or it was not asked for yet)."""
+        got = self.state.get(key)
+        return got if got.__class__ is str else None
 
 
 def suffix() -> str:

@@ -14,7 +14,6 @@ Python as before, and :func:`why_not` says why (``python -m laneflow info`` too)
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -25,35 +24,19 @@ from ..graph.node import ArrayData
 NAME = "_laneflow_ctape"
 SOURCE = Path(__file__).with_name("ctape.c")
 
-_lock = threading.Lock()
-_state: list = [None]  # the loaded module, or why it is not used (a str); None: not asked yet
-
 
 def load() -> ModuleType | None:
     """The node maker, or None when it cannot be used (:func:`why_not` says why). Built or loaded once
     per process."""
-    got = _state[0]
-    if got is None:
-        with _lock:
-            got = _state[0]
-            if got is None:
-                try:
-                    got = _open()
-                except native.NotBuilt as e:
-                    got = str(e)
-                except Exception as e:  # noqa: BLE001 - any failure means the Python path, said why
-                    got = f"the tape's node maker did not load ({type(e).__name__}: {str(e)[:200]})"
-                _state[0] = got
-    return None if got.__class__ is str else got
+    return _once.get()
 
 
 def why_not() -> str | None:
     """Why the node maker is not used (None: it is, or it was not asked for yet)."""
-    got = _state[0]
-    return got if got.__class__ is str else None
+    return _once.why_not()
 
 
-def _open() -> ModuleType:
+def _open(_key=None) -> ModuleType:
     if os.environ.get("LANEFLOW_CTAPE", "1") == "0":
         raise native.NotBuilt("LANEFLOW_CTAPE=0")
     mod = disk_cache.cached(native.key("ctape", SOURCE.read_bytes()),
@@ -61,3 +44,6 @@ def _open() -> ModuleType:
                             lambda image: native.load(NAME, image, "array"), unusable=(ImportError,))
     mod.init(ArrayData, Array)
     return mod
+
+
+_once = native.Once("the tape's node maker", _open)

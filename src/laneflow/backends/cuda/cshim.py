@@ -14,7 +14,6 @@ It is optional: without a C compiler or Python's headers (``python3-dev``), or w
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -24,32 +23,16 @@ NAME = "_laneflow_cshim"  # (the module name cshim.c's init function is made for
 SOURCE = Path(__file__).with_name("cshim.c")
 DRIVER = "libcuda.so.1"
 
-_lock = threading.Lock()
-_state: dict = {}  # library -> the loaded module, or the reason it is not used (a str)
-
 
 def load(library: str = DRIVER) -> ModuleType | None:
     """The shim, opened on ``library`` (the driver; a test's stand-in), or None when it cannot be
     used (:func:`why_not` says why). Built or loaded once per process and library."""
-    got = _state.get(library)
-    if got is None:
-        with _lock:
-            got = _state.get(library)
-            if got is None:
-                try:
-                    got = _open(library)
-                except _NotBuilt as e:
-                    got = str(e)
-                except Exception as e:  # noqa: BLE001 - any failure means the cuda-bindings path, said why
-                    got = f"the driver shim did not load ({type(e).__name__}: {str(e)[:200]})"
-                _state[library] = got
-    return None if got.__class__ is str else got
+    return _once.get(library)
 
 
 def why_not(library: str = DRIVER) -> str | None:
     """Why the shim is not used for ``library`` (None: it is, or it was not asked for yet)."""
-    got = _state.get(library)
-    return got if got.__class__ is str else None
+    return _once.why_not(library)
 
 
 _NotBuilt = native.NotBuilt
@@ -71,6 +54,9 @@ def _open(library: str) -> ModuleType:
 
 def _load(image: bytes) -> ModuleType:
     return native.load(NAME, image, "init")
+
+
+_once = native.Once("the driver shim", _open)
 
 
 def _key(source: bytes) -> str:
