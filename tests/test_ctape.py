@@ -219,3 +219,142 @@ def test_same_counts_is_the_python_check_of_a_replays_nodes():
     for bad in [(made, users), (tuple(made), users, held), (made, users, list(held))]:
         with pytest.raises(TypeError):
             MAKER.same_counts(*bad)
+
+
+# -- the steps in C (ctape.step: a call's Plan interpreted) -----------------------------------------
+
+needs_steps = pytest.mark.skipif(MAKER is None or os.environ.get("LANEFLOW_CSTEPS") == "0",
+                                 reason="the steps are not in C here (no node maker, or LANEFLOW_CSTEPS=0)")
+
+
+@pytest.fixture
+def c_steps(monkeypatch):
+    """The tape on, its steps in C, the plan cache empty before and after."""
+    eval_cache.clear()
+    tape.TAPES.clear()
+    gc.collect()
+    lf.set_plan_cache(tape=True)
+    tape_steps._maker()
+    monkeypatch.setitem(tape_steps._GLOBALS, "C", True)
+    yield
+    eval_cache.clear()
+
+
+def _replayed(st, program, inputs, n=6):
+    """Run ``program`` on fresh inputs ``n`` times on ``st``; the tape that replayed it."""
+    for _ in range(n):
+        xs = [lf.array(x(), stream=st) for x in inputs]
+        lf.eval(*xs)
+        with lf.stream(st):
+            y = program(*xs)
+        lf.eval(y)
+    t, = [t for ts in tape.TAPES.values() for t in ts if t.stream is st]
+    return t
+
+
+@needs_steps
+def test_the_steps_are_c_steps_and_a_call_too_big_for_one_is_a_python_step(c_steps):
+    st = lf.new_stream(lf.cpu, lanes=1)
+    rng = np.random.default_rng(5)
+    w = lf.array(rng.standard_normal((4, 4)), stream=st)
+    lf.eval(w)
+    seen = {}
+
+    def program(x):
+        parts = [x[k:k + 1] * 1.0 for k in range(70)]  # 70 arrays in one call: more than a C step holds
+        seen["y"] = lf.concatenate(parts, axis=0).reshape((70, 4)) @ w
+        return seen["y"]
+
+    before = dict(tape.STATS)
+    t = _replayed(st, program, [lambda: rng.standard_normal((70, 4))], n=8)
+    assert tape.STATS["tape_replays"] - before["tape_replays"] >= 3
+    kinds = [type(f).__name__ for f in t.steps.funcs]
+    big, = [k for k, c in enumerate(t.calls) if c.fn.__name__ == "concatenate"]
+    assert kinds.count("Step") == len(kinds) - 1 and kinds[big] == "function", kinds[big - 2:]
+    xn = rng.standard_normal((70, 4))
+    x = lf.array(xn, stream=st)
+    lf.eval(x)
+    with lf.stream(st):
+        y = program(x)
+    np.testing.assert_allclose(np.asarray(y), xn @ np.asarray(w), rtol=1e-12)
+
+
+@needs_steps
+@pytest.mark.parametrize("change", ["none", "shape tuple", "slice", "zero sign", "numpy scalar", "keyword",
+                                    "dtype", "stream"])
+def test_each_kind_of_static_check_in_a_c_step_replays_or_leaves_the_tape(change, c_steps):
+    st, other = lf.new_stream(lf.cpu, lanes=1), lf.new_stream(lf.cpu, lanes=1)
+    rng = np.random.default_rng(6)
+
+    def program(x, shape=(3, 8), sl=slice(1, None, 2), zero=0.0, scale=np.float64(2.0), axis=1,
+                dtype=np.float32, where=None):
+        with lf.stream(st):
+            x = x * 1.0  # (the tape's first call, which only says whether a step is this tape's, stays)
+        with lf.stream(where or st):
+            y = (x.reshape(shape)[:, sl] + zero) * scale
+            return lf.sum(y, axis=axis).astype(dtype)
+
+    def numpy(x, shape=(3, 8), sl=slice(1, None, 2), zero=0.0, scale=np.float64(2.0), axis=1, dtype=np.float32,
+              where=None):
+        return ((x.reshape(shape)[:, sl] * 1.0 + zero) * scale).sum(axis=axis).astype(dtype)
+
+    for _ in range(6):
+        x = lf.array(rng.standard_normal((4, 6)), stream=st)
+        lf.eval(x)
+        lf.eval(program(x))
+    t, = [t for ts in tape.TAPES.values() for t in ts if t.stream is st]
+    assert {type(f).__name__ for f in t.steps.funcs} == {"Step"}
+    kw = {"none": {}, "shape tuple": {"shape": (2, 12)}, "slice": {"sl": slice(0, None, 2)},
+          "zero sign": {"zero": -0.0}, "numpy scalar": {"scale": np.float64(3.0)}, "keyword": {"axis": 0},
+          "dtype": {"dtype": np.float64}, "stream": {"where": other}}[change]
+    before = dict(tape.STATS)
+    xn = rng.standard_normal((4, 6))
+    x = lf.array(xn, stream=st)
+    lf.eval(x)
+    y = program(x, **kw)
+    lf.eval(y)
+    got = np.asarray(y)
+    want = numpy(xn, **{k: v for k, v in kw.items() if k != "where"})
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    d = {k: tape.STATS[k] - before[k] for k in tape.STATS}
+    if change == "none":
+        assert d["tape_replays"] == 1 and d["tape_divergences"] == 0
+    else:
+        assert d["tape_replays"] == 0 and d["tape_divergences"] == 1, d
+
+
+@needs_steps
+def test_a_bad_step_spec_raises_and_a_dropped_tapes_steps_are_collected(c_steps):
+    st = lf.new_stream(lf.cpu, lanes=1)
+    rng = np.random.default_rng(7)
+    t = _replayed(st, lambda x: lf.tanh(x) + 1.0, [lambda: rng.standard_normal(3)])
+    rp = t.replayer
+    first = t.steps.first
+    assert type(first).__name__ == "Step"
+    spec = tape_steps._cspec(tape_steps.plan(t.calls[0], t, set(), True))
+    assert type(MAKER.step(rp, None, spec)).__name__ == "Step"
+    with pytest.raises(TypeError):
+        MAKER.step(object(), None, spec)
+    with pytest.raises(TypeError):
+        MAKER.step(rp, None, spec[:-1])
+    bad_arrays = tuple((pos, sub, how, 5) if how == tape_steps.HERE else (pos, sub, 9, arg)
+                       for pos, sub, how, arg in spec[6])
+    for k, v in [(1, 40), (6, bad_arrays), (7, ((0, -1, (99, None)),)), (9, ((None, False, (), (7,), -1),)),
+                 (12, ()), (13, 5)]:
+        with pytest.raises(ValueError):
+            MAKER.step(rp, None, spec[:k] + (v,) + spec[k + 1:])
+    with pytest.raises(TypeError):
+        first(1, 2)
+    # the steps hold the replayer, which holds the tape, which holds the steps: a cycle the GC collects
+    del rp, first, t
+    assert _c_steps() > 0
+    eval_cache.clear()
+    tape.TAPES.clear()
+    gc.collect()
+    assert _c_steps() == 0
+
+
+def _c_steps() -> int:
+    return sum(type(o).__name__ == "Step" and type(o).__module__ == "_laneflow_ctape" for o in gc.get_objects())

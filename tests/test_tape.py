@@ -16,15 +16,20 @@ import laneflow as lf
 from laneflow.graph import eval_cache, tape
 
 
-@pytest.fixture(params=["C", "Python"])
+@pytest.fixture(params=["C steps", "C maker", "Python"])
 def taping(device, request, monkeypatch):
-    # every case with the replayed calls' nodes made by the C node maker (ops/ctape.c) and in Python
+    # every case three ways: the steps in C (ops/ctape.c interprets each call's Plan), Python steps
+    # whose nodes the C node maker makes, and all in Python
     from laneflow.ops import ctape, tape_steps
 
     tape_steps._maker()
-    if request.param == "C" and not tape_steps._GLOBALS["C"]:
+    if request.param != "Python" and not tape_steps._GLOBALS["C"]:
         pytest.skip(f"the tape's node maker is not built here ({ctape.why_not()})")
-    monkeypatch.setitem(tape_steps._GLOBALS, "C", request.param == "C")
+    if request.param == "C steps" and tape_steps._GLOBALS.get("CSTEP") is None:
+        pytest.skip("LANEFLOW_CSTEPS=0: the steps are not in C")
+    monkeypatch.setitem(tape_steps._GLOBALS, "C", request.param != "Python")
+    if request.param == "C maker":
+        monkeypatch.setitem(tape_steps._GLOBALS, "CSTEP", None)
     eval_cache.clear()
     lf.set_plan_cache(tape=True)
     yield device

@@ -3,9 +3,10 @@ process: rounds take turns between the tape on and paused, each round ``--steps`
 host as the split of building the graph and ``lf.eval`` (medians over all rounds), then cProfile of the
 evaluations with the tape on and off (``--profile``). ``--maker``: the A/B is the tape's node maker in C
 (ops/ctape.c) against the steps making their nodes in Python, each on a stream of its own whose tape was
-recorded that way.
+recorded that way; ``--csteps``: the steps in C (ctape.step) against Python steps with the C node maker.
 
-    python tools/probe_tape.py [--device gpu] [--batch 1] [--rounds 6] [--steps 20] [--plain] [--profile] [--maker]
+    python tools/probe_tape.py [--device gpu] [--batch 1] [--rounds 6] [--steps 20] [--plain] [--profile]
+                               [--maker | --csteps]
 """
 import cProfile
 import io
@@ -38,9 +39,10 @@ def main() -> None:
     batch, rounds, steps = int(arg("--batch", "1")), int(arg("--rounds", "6")), int(arg("--steps", "20"))
     ops = gpt2.LANEFLOW_OPS if "--plain" in sys.argv else gpt2.NN_OPS
     cfg = gpt2.GPT2Config()
-    maker = "--maker" in sys.argv
+    csteps = "--csteps" in sys.argv
+    maker = "--maker" in sys.argv or csteps
     if maker and ctape.load() is None:
-        sys.exit(f"--maker: the tape's node maker is not built here ({ctape.why_not()})")
+        sys.exit(f"--maker, --csteps: the tape's C module is not built here ({ctape.why_not()})")
     params = gpt2.init_params(cfg, seed=0, dtype=lf.bfloat16 if dev.type == "gpu" else lf.float32, device=dev)
     lf.eval(list(params.values()))
     streams = {}
@@ -51,7 +53,8 @@ def main() -> None:
         streams[on] = (st, ids)
     streams.setdefault(False, streams[True])  # (tape on and off: one stream)
     times: dict = {True: ([], []), False: ([], [])}
-    label = {True: "C maker", False: "Python "} if maker else {True: "tape on ", False: "tape off"}
+    label = ({True: "C steps", False: "Py+mkr "} if csteps else {True: "C maker", False: "Python "} if maker
+             else {True: "tape on ", False: "tape off"})
 
     def forward(on: bool, record: bool = True) -> None:
         st, ids = streams[on]
@@ -67,8 +70,11 @@ def main() -> None:
             times[on][1].append(t2 - t1)
 
     tape_steps._maker()
+    cstep = tape_steps._GLOBALS.get("CSTEP")
     for on in (True, False) if maker else (True,):
-        if maker:  # (the steps of the tape this stream records; else as loaded)
+        if csteps:  # (the steps of the tape this stream records; else as loaded)
+            tape_steps._GLOBALS["CSTEP"] = cstep if on else None
+        elif maker:
             tape_steps._GLOBALS["C"] = on
         for _ in range(8):
             forward(on, record=False)

@@ -9,7 +9,8 @@
 
    node(made, spec, prim, *inputs) -> the node     spec: (shape, dtype, stream, device, arrays)
    array(made, spec, prim, *inputs) -> an Array bound to the node (the node's arrays count is spec's)
-   same_counts(made, users, held) -> whether the made nodes' counts are the recorded ones */
+   same_counts(made, users, held) -> whether the made nodes' counts are the recorded ones
+   step(replayer, next, spec) -> a replayed call's step (below: the compiled step of tape_steps.py, as data) */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -185,12 +186,799 @@ static PyObject *same_counts(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
+
+/* ---- the steps ------------------------------------------------------------------------------------
+
+   A step answers one op call of a replay (ops/tape_steps.py: Plan says what each field means; _python
+   writes the same step out as Python source, which this interprets, in the same order): the head check
+   (op, argument counts, thread, tracer, stream), the arrays and static arguments, then the nodes, the
+   result, and the replayer's next step. A check that fails calls R.diverge(fn, args, kw). */
+
+/* Replayer's slots and Tape's leaves, read by init_steps */
+static const char *R_SLOTS[] = {"thread", "st", "stack", "made", "bound", "tape", "call", "done"};
+enum { R_THREAD, R_ST, R_STACK, R_MADE, R_BOUND, R_TAPE, R_CALL, R_DONE, R_NSLOTS };
+static Py_ssize_t r_off[R_NSLOTS], leaves_off;
+static PyTypeObject *replayer_type, *tape_type;
+/* the steps' globals: the tracer's flag list, the speculative launch's watch list and its first_node,
+   multi_output, current_stream, the keyword default MISS, and same */
+static PyObject *g_tr, *g_w, *g_first, *g_mo, *g_cs, *g_miss, *g_same;
+static PyObject *s_diverge, *s_bind, *s_make;
+
+enum { IS, EQ, TUPLE, SLICE, SAME_AS };           /* tape_steps.check_of */
+enum { DEPTH, CURRENT };                           /* Plan.where */
+enum { MADE, HERE, BOUND, FIRST };                 /* Plan.arrays' how */
+enum { ARG, MADE_OUT, VALUE };                     /* Plan.outs' kinds */
+#define MAXV 32    /* arguments */
+#define MAXE 64    /* values: arrays, extras, nodes */
+#define MAXR 32    /* results */
+
+typedef struct { int pos, sub, how; Py_ssize_t arg; PyObject *argobj; } ArrSpec;
+typedef struct { int pos, sub; PyObject *check; } StatSpec;
+typedef struct { PyObject *prim; int host; PyObject *spec; int nin, first; int *ins; } NodeSpec;
+typedef struct { int kind, a, incr; } OutSpec;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *R, *next, *spec;
+    PyObject *fn, *names, *where_stream, *extra, *groups;   /* (borrowed from spec) */
+    int npos, nnames, where_mode, ncont, narr, nstat, nextra, nnode, watch, nout, kind;
+    Py_ssize_t depth;
+    int (*cont)[3];
+    ArrSpec *arr;
+    StatSpec *stat;
+    NodeSpec *node;
+    OutSpec *out;
+    int *ins;
+} Step;
+
+static PyObject *slot_get(PyObject *o, Py_ssize_t off, const char *name) {  /* borrowed */
+    PyObject *v = SLOT(o, off);
+    if (v == NULL)
+        PyErr_Format(PyExc_AttributeError, "ctape step: %s is not set", name);
+    return v;
+}
+
+static void slot_set(PyObject *o, Py_ssize_t off, PyObject *v) {
+    PyObject *old = SLOT(o, off);
+    SLOT(o, off) = Py_NewRef(v);
+    Py_XDECREF(old);
+}
+
+static PyObject *item(PyObject *seq, Py_ssize_t k) {  /* seq[k], a new reference (a list's fast) */
+    if (PyList_CheckExact(seq)) {
+        if (k < 0 || k >= PyList_GET_SIZE(seq)) {
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            return NULL;
+        }
+        return Py_NewRef(PyList_GET_ITEM(seq, k));
+    }
+    PyObject *i = PyLong_FromSsize_t(k);
+    if (i == NULL)
+        return NULL;
+    PyObject *r = PyObject_GetItem(seq, i);
+    Py_DECREF(i);
+    return r;
+}
+
+static int truth_of_first(PyObject *lst) {  /* lst[0] is true: 1, 0, -1 on error */
+    PyObject *v = item(lst, 0);
+    if (v == NULL)
+        return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* Whether x fails check (tape_steps.check_of): 1, 0, or -1 on an error. */
+static int differs(PyObject *x, PyObject *check) {
+    long how = PyLong_AsLong(PyTuple_GET_ITEM(check, 0));
+    switch (how) {
+    case IS:
+        return x != PyTuple_GET_ITEM(check, 1);
+    case EQ: {
+        if ((PyObject *)Py_TYPE(x) != PyTuple_GET_ITEM(check, 1))
+            return 1;
+        PyObject *r = PyObject_RichCompare(x, PyTuple_GET_ITEM(check, 2), Py_NE);
+        if (r == NULL)
+            return -1;
+        int t = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return t;
+    }
+    case TUPLE: {
+        PyObject *subs = PyTuple_GET_ITEM(check, 1);
+        Py_ssize_t n = PyTuple_GET_SIZE(subs);
+        if (!PyTuple_CheckExact(x) || PyTuple_GET_SIZE(x) != n)
+            return 1;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            int d = differs(PyTuple_GET_ITEM(x, k), PyTuple_GET_ITEM(subs, k));
+            if (d)
+                return d;
+        }
+        return 0;
+    }
+    case SLICE: {
+        if (!Py_IS_TYPE(x, &PySlice_Type))
+            return 1;
+        PySliceObject *sl = (PySliceObject *)x;
+        PyObject *subs = PyTuple_GET_ITEM(check, 1);
+        PyObject *parts[3] = {sl->start, sl->stop, sl->step};
+        for (int k = 0; k < 3; k++) {
+            int d = differs(parts[k], PyTuple_GET_ITEM(subs, k));
+            if (d)
+                return d;
+        }
+        return 0;
+    }
+    default: {  /* SAME_AS: not same(x, v) */
+        PyObject *r = PyObject_CallFunctionObjArgs(g_same, x, PyTuple_GET_ITEM(check, 1), NULL);
+        if (r == NULL)
+            return -1;
+        int t = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return t < 0 ? -1 : !t;
+    }
+    }
+}
+
+static int valid_check(PyObject *c, int depth) {  /* (the constructor's: differs then reads blindly) */
+    if (depth > 8 || !PyTuple_CheckExact(c) || PyTuple_GET_SIZE(c) < 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(c, 0)))
+        return 0;
+    long how = PyLong_AsLong(PyTuple_GET_ITEM(c, 0));
+    Py_ssize_t n = PyTuple_GET_SIZE(c);
+    if (how == IS || how == SAME_AS)
+        return n == 2;
+    if (how == EQ)
+        return n == 3 && PyType_Check(PyTuple_GET_ITEM(c, 1));
+    if (how == TUPLE || how == SLICE) {
+        PyObject *subs = PyTuple_GET_ITEM(c, 1);
+        if (n != 2 || !PyTuple_CheckExact(subs) || (how == SLICE && PyTuple_GET_SIZE(subs) != 3))
+            return 0;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(subs); k++)
+            if (!valid_check(PyTuple_GET_ITEM(subs, k), depth + 1))
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *step_vcall(PyObject *op, PyObject *const *a, size_t nargsf, PyObject *kwnames);
+
+static int ints(PyObject *t, Py_ssize_t n, long *out) {  /* a tuple of n ints */
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != n)
+        return -1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *v = PyTuple_GET_ITEM(t, k);
+        if (!PyLong_CheckExact(v))
+            return -1;
+        out[k] = PyLong_AsLong(v);
+        if (out[k] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+static void step_free_specs(Step *s) {
+    PyMem_Free(s->cont); PyMem_Free(s->arr); PyMem_Free(s->stat); PyMem_Free(s->node); PyMem_Free(s->out);
+    PyMem_Free(s->ins);
+    s->cont = NULL; s->arr = NULL; s->stat = NULL; s->node = NULL; s->out = NULL; s->ins = NULL;
+}
+
+static int step_clear(PyObject *op) {
+    Step *s = (Step *)op;
+    Py_CLEAR(s->R);
+    Py_CLEAR(s->next);
+    Py_CLEAR(s->spec);  /* (the borrowed fields went with it: a cleared step raises when called) */
+    return 0;
+}
+
+static int step_traverse(PyObject *op, visitproc visit, void *arg) {
+    Step *s = (Step *)op;
+    Py_VISIT(s->R);
+    Py_VISIT(s->next);
+    Py_VISIT(s->spec);
+    return 0;
+}
+
+static void step_dealloc(PyObject *op) {
+    PyObject_GC_UnTrack(op);
+    step_clear(op);
+    step_free_specs((Step *)op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+static PyTypeObject StepType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_laneflow_ctape.Step",
+    .tp_basicsize = sizeof(Step),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A replayed op call's step (ops/tape_steps.py's Plan, interpreted)",
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Step, vectorcall),
+    .tp_traverse = step_traverse,
+    .tp_clear = step_clear,
+    .tp_dealloc = step_dealloc,
+};
+
+/* whether argument pos is a container the step checks, with an element sub (read only after the check) */
+static int in_container(Step *s, long pos, long sub) {
+    for (int c = 0; c < s->ncont; c++)
+        if (s->cont[c][0] == pos && sub < s->cont[c][2])
+            return 1;
+    return 0;
+}
+
+#define BAD(msg) do { PyErr_SetString(PyExc_ValueError, "ctape.step: " msg); goto bad; } while (0)
+
+/* step(replayer, next, spec): spec = (fn, npos, names, where_mode, where_arg, containers, arrays, static,
+   extra, nodes, groups, watch, outs, kind), as tape_steps._cspec packs a Plan. ValueError: a plan this
+   cannot run (too many values: the Python step runs it). */
+static PyObject *step_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (replayer_type == NULL || node_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ctape: init and init_steps were not called");
+        return NULL;
+    }
+    if (nargs != 3 || !PyObject_TypeCheck(args[0], replayer_type) || !PyTuple_CheckExact(args[2]) ||
+        PyTuple_GET_SIZE(args[2]) != 14) {
+        PyErr_SetString(PyExc_TypeError, "ctape.step(replayer, next step or None, spec of 14)");
+        return NULL;
+    }
+    PyObject *spec = args[2];
+    Step *s = PyObject_GC_New(Step, &StepType);
+    if (s == NULL)
+        return NULL;
+    s->vectorcall = step_vcall;
+    s->R = Py_NewRef(args[0]);
+    s->next = Py_NewRef(args[1]);
+    s->spec = Py_NewRef(spec);
+    s->cont = NULL; s->arr = NULL; s->stat = NULL; s->node = NULL; s->out = NULL; s->ins = NULL;
+    PyObject_GC_Track((PyObject *)s);
+#define F(k) PyTuple_GET_ITEM(spec, k)
+    long v[5];
+    s->fn = F(0);
+    if (!PyLong_CheckExact(F(1)) || !PyTuple_CheckExact(F(2)) || !PyLong_CheckExact(F(3)))
+        BAD("fn, npos, names, where");
+    s->npos = (int)PyLong_AsLong(F(1));
+    s->names = F(2);
+    s->nnames = (int)PyTuple_GET_SIZE(F(2));
+    if (s->npos < 0 || s->npos + s->nnames > MAXV)
+        BAD("too many arguments");
+    for (int k = 0; k < s->nnames; k++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(F(2), k)))
+            BAD("a keyword name is not a str");
+    s->where_mode = (int)PyLong_AsLong(F(3));
+    if (s->where_mode == DEPTH) {
+        s->depth = PyLong_AsSsize_t(F(4));
+        if (s->depth < 0)
+            BAD("depth");
+        s->where_stream = NULL;
+    } else {
+        s->where_stream = F(4);
+    }
+    PyObject *t;
+    t = F(5);  /* containers */
+    if (!PyTuple_CheckExact(t))
+        BAD("containers");
+    s->ncont = (int)PyTuple_GET_SIZE(t);
+    s->cont = PyMem_Calloc(s->ncont + 1, sizeof *s->cont);
+    if (s->cont == NULL)
+        goto nomem;
+    for (int k = 0; k < s->ncont; k++) {
+        if (ints(PyTuple_GET_ITEM(t, k), 3, v) < 0 || v[0] < 0 || v[0] >= s->npos + s->nnames)
+            BAD("a container");
+        s->cont[k][0] = (int)v[0]; s->cont[k][1] = (int)v[1]; s->cont[k][2] = (int)v[2];
+    }
+    t = F(6);  /* arrays: (pos, sub or -1, how, arg) */
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) > MAXE)
+        BAD("arrays");
+    s->narr = (int)PyTuple_GET_SIZE(t);
+    s->arr = PyMem_Calloc(s->narr + 1, sizeof *s->arr);
+    if (s->arr == NULL)
+        goto nomem;
+    for (int k = 0; k < s->narr; k++) {
+        PyObject *e = PyTuple_GET_ITEM(t, k);
+        if (ints(e, 4, v) < 0 || v[0] < 0 || v[0] >= s->npos + s->nnames || v[2] < MADE || v[2] > FIRST || v[3] < 0 ||
+            (v[2] == HERE && v[3] >= k))
+            BAD("an array");
+        if (v[1] >= 0 && !in_container(s, v[0], v[1]))
+            BAD("an array element outside its container");
+        ArrSpec *as = &s->arr[k];
+        as->pos = (int)v[0]; as->sub = (int)v[1]; as->how = (int)v[2]; as->arg = v[3];
+        as->argobj = PyTuple_GET_ITEM(e, 3);
+    }
+    t = F(7);  /* static: (pos, sub or -1, check) */
+    if (!PyTuple_CheckExact(t))
+        BAD("static");
+    s->nstat = (int)PyTuple_GET_SIZE(t);
+    s->stat = PyMem_Calloc(s->nstat + 1, sizeof *s->stat);
+    if (s->stat == NULL)
+        goto nomem;
+    for (int k = 0; k < s->nstat; k++) {
+        PyObject *e = PyTuple_GET_ITEM(t, k);
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 3 || !PyLong_CheckExact(PyTuple_GET_ITEM(e, 0)) ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(e, 1)) || !valid_check(PyTuple_GET_ITEM(e, 2), 0))
+            BAD("a static argument");
+        int pos = (int)PyLong_AsLong(PyTuple_GET_ITEM(e, 0)), sub = (int)PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
+        if (pos < 0 || pos >= s->npos + s->nnames)
+            BAD("a static argument's position");
+        if (sub >= 0 && !in_container(s, pos, sub))
+            BAD("a static element outside its container");
+        s->stat[k].pos = pos; s->stat[k].sub = sub; s->stat[k].check = PyTuple_GET_ITEM(e, 2);
+    }
+    t = F(8);  /* extra: (is_made, value) */
+    if (!PyTuple_CheckExact(t))
+        BAD("extra");
+    s->extra = t;
+    s->nextra = (int)PyTuple_GET_SIZE(t);
+    for (int k = 0; k < s->nextra; k++) {
+        PyObject *e = PyTuple_GET_ITEM(t, k);
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 2 || !PyBool_Check(PyTuple_GET_ITEM(e, 0)) ||
+            (PyTuple_GET_ITEM(e, 0) == Py_True && !PyLong_CheckExact(PyTuple_GET_ITEM(e, 1))))
+            BAD("an extra");
+    }
+    t = F(9);  /* nodes: (prim, is_host, spec, inputs, first or -1) */
+    if (!PyTuple_CheckExact(t))
+        BAD("nodes");
+    s->nnode = (int)PyTuple_GET_SIZE(t);
+    if (s->narr + s->nextra + s->nnode > MAXE)
+        BAD("too many values");
+    s->node = PyMem_Calloc(s->nnode + 1, sizeof *s->node);
+    if (s->node == NULL)
+        goto nomem;
+    Py_ssize_t total_in = 0;
+    for (int k = 0; k < s->nnode; k++) {
+        PyObject *e = PyTuple_GET_ITEM(t, k);
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 5 || !PyTuple_CheckExact(PyTuple_GET_ITEM(e, 3)))
+            BAD("a node");
+        total_in += PyTuple_GET_SIZE(PyTuple_GET_ITEM(e, 3));
+    }
+    s->ins = PyMem_Calloc(total_in + 1, sizeof(int));
+    if (s->ins == NULL)
+        goto nomem;
+    int *in_at = s->ins;
+    int base = s->narr + s->nextra;
+    for (int k = 0; k < s->nnode; k++) {
+        PyObject *e = PyTuple_GET_ITEM(t, k);
+        NodeSpec *ns = &s->node[k];
+        PyObject *sp = PyTuple_GET_ITEM(e, 2), *ins = PyTuple_GET_ITEM(e, 3);
+        if (!PyBool_Check(PyTuple_GET_ITEM(e, 1)) || !PyTuple_CheckExact(sp) || PyTuple_GET_SIZE(sp) != 5 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(e, 4)))
+            BAD("a node's fields");
+        ns->prim = PyTuple_GET_ITEM(e, 0);
+        ns->host = PyTuple_GET_ITEM(e, 1) == Py_True;
+        ns->spec = sp;
+        ns->first = (int)PyLong_AsLong(PyTuple_GET_ITEM(e, 4));
+        ns->nin = (int)PyTuple_GET_SIZE(ins);
+        ns->ins = in_at;
+        for (int i = 0; i < ns->nin; i++) {
+            PyObject *x = PyTuple_GET_ITEM(ins, i);
+            long kk = PyLong_CheckExact(x) ? PyLong_AsLong(x) : -1;
+            if (kk < 0 || kk >= base + k)  /* (a value made before this node) */
+                BAD("a node's input");
+            *in_at++ = (int)kk;
+        }
+    }
+    t = F(10);  /* groups: tuples of value indices */
+    if (!PyTuple_CheckExact(t))
+        BAD("groups");
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(t); k++) {
+        PyObject *g = PyTuple_GET_ITEM(t, k);
+        if (!PyTuple_CheckExact(g))
+            BAD("a group");
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g); i++) {
+            PyObject *x = PyTuple_GET_ITEM(g, i);
+            long kk = PyLong_CheckExact(x) ? PyLong_AsLong(x) : -1;
+            if (kk < 0 || kk >= base + s->nnode)
+                BAD("a group's value");
+        }
+    }
+    s->groups = t;
+    s->watch = PyObject_IsTrue(F(11));
+    if (s->watch < 0)
+        goto bad;
+    if (s->watch && s->nnode == 0)
+        BAD("a watched step without a node");
+    t = F(12);  /* outs: (kind, a, b) */
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) > MAXR || PyTuple_GET_SIZE(t) == 0)
+        BAD("outs");
+    s->nout = (int)PyTuple_GET_SIZE(t);
+    s->out = PyMem_Calloc(s->nout + 1, sizeof *s->out);
+    if (s->out == NULL)
+        goto nomem;
+    for (int k = 0; k < s->nout; k++) {
+        if (ints(PyTuple_GET_ITEM(t, k), 3, v) < 0)
+            BAD("an out");
+        OutSpec *o = &s->out[k];
+        o->kind = (int)v[0]; o->a = (int)v[1]; o->incr = (int)v[2];
+        if ((o->kind == ARG && (o->a < 0 || o->a >= s->npos + s->nnames)) ||
+            (o->kind == VALUE && (o->a < 0 || o->a >= base + s->nnode)) || o->kind < ARG || o->kind > VALUE)
+            BAD("an out's value");
+        if (o->kind == MADE_OUT) {
+            int found = 0;
+            for (int j = 0; j < s->nnode; j++)
+                if (s->node[j].first == k)
+                    found = 1;
+            if (!found)
+                BAD("a result made with no node");
+        }
+    }
+    for (int j = 0; j < s->nnode; j++) {
+        int f = s->node[j].first;
+        if (f >= s->nout || (f >= 0 && s->out[f].kind != MADE_OUT))
+            BAD("a node's first result");
+    }
+    if (!PyLong_CheckExact(F(13)))
+        BAD("kind");
+    s->kind = (int)PyLong_AsLong(F(13));
+    if (s->kind < 0 || s->kind > 2 || (s->kind == 0 && s->nout != 1))
+        BAD("kind");
+#undef F
+    return (PyObject *)s;
+nomem:
+    PyErr_NoMemory();
+bad:
+    Py_DECREF(s);
+    return NULL;
+}
+
+/* the replay's stream check (Plan.where): 1 the call is on it, 0 not, -1 an error */
+static int on_stream(Step *s, PyObject *R) {
+    PyObject *st = slot_get(R, r_off[R_ST], "st");
+    PyObject *stack = slot_get(R, r_off[R_STACK], "stack");
+    if (st == NULL || stack == NULL)
+        return -1;
+    if (s->where_mode == DEPTH && s->depth > 0) {  /* len(R.stack) != depth or R.stack[-1] is not R.st */
+        Py_ssize_t n = PyObject_Length(stack);
+        if (n < 0)
+            return -1;
+        if (n != s->depth)
+            return 0;
+        PyObject *top = item(stack, n - 1);
+        if (top == NULL)
+            return -1;
+        Py_DECREF(top);
+        return top == st;
+    }
+    PyObject *want = st;
+    if (s->where_mode == DEPTH) {  /* R.stack or CS() is not R.st */
+        int t = PyObject_IsTrue(stack);
+        if (t != 0)
+            return t < 0 ? -1 : 0;
+    } else {
+        want = s->where_stream;
+    }
+    Py_INCREF(want);  /* (current_stream is Python: it may run anything) */
+    PyObject *cur = PyObject_CallNoArgs(g_cs);
+    if (cur == NULL) {
+        Py_DECREF(want);
+        return -1;
+    }
+    Py_DECREF(cur);
+    Py_DECREF(want);
+    return cur == want;
+}
+
+static PyObject *step_vcall(PyObject *op, PyObject *const *a, size_t nargsf, PyObject *kwnames) {
+    Step *s = (Step *)op;
+    if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "a tape step takes (fn, args, kw)");
+        return NULL;
+    }
+    if (s->spec == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ctape: a cleared step was called");
+        return NULL;
+    }
+    PyObject *fn = a[0], *args = a[1], *kw = a[2], *R = s->R;
+    PyObject *vals[MAXV], *env[MAXE], *res[MAXR];
+    PyObject *M = NULL, *result = NULL;
+    int nenv = 0, nres = s->nout, t;
+    for (int m = 0; m < nres; m++)
+        res[m] = NULL;
+    Py_INCREF(R);
+    /* fn is not k0 or len(args) != npos or kw... or gi() != R.thread or TR[0] or <stream> */
+    if (fn != s->fn || !PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != s->npos || !PyDict_CheckExact(kw) ||
+        PyDict_GET_SIZE(kw) != s->nnames)
+        goto diverge;
+    {
+        PyObject *th = slot_get(R, r_off[R_THREAD], "thread");
+        if (th == NULL)
+            goto fail;
+        unsigned long want = PyLong_Check(th) ? PyLong_AsUnsignedLong(th) : (unsigned long)-1;
+        if (want == (unsigned long)-1 && PyErr_Occurred())
+            PyErr_Clear();  /* (not a thread's id: not this thread) */
+        if (want != PyThread_get_thread_ident())
+            goto diverge;
+    }
+    if ((t = truth_of_first(g_tr)) != 0) {
+        if (t < 0)
+            goto fail;
+        goto diverge;
+    }
+    if ((t = on_stream(s, R)) != 1) {
+        if (t < 0)
+            goto fail;
+        goto diverge;
+    }
+    for (int k = 0; k < s->npos; k++)
+        vals[k] = PyTuple_GET_ITEM(args, k);
+    for (int j = 0; j < s->nnames; j++) {  /* kw.get(name, MISS) */
+        PyObject *x = PyDict_GetItemWithError(kw, PyTuple_GET_ITEM(s->names, j));
+        if (x == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            x = g_miss;
+        }
+        vals[s->npos + j] = x;
+    }
+    if (s->narr || s->nextra || s->nnode) {
+        M = slot_get(R, r_off[R_MADE], "made");
+        if (M == NULL)
+            goto fail;
+        Py_INCREF(M);
+    }
+    for (int k = 0; k < s->ncont; k++) {
+        PyObject *c = vals[s->cont[k][0]];
+        if (!(s->cont[k][1] ? PyList_CheckExact(c) : PyTuple_CheckExact(c)) || Py_SIZE(c) != s->cont[k][2])
+            goto diverge;
+    }
+    for (int j = 0; j < s->narr; j++) {  /* each its class, then its node */
+        ArrSpec *as = &s->arr[j];
+        PyObject *x = vals[as->pos];
+        if (as->sub >= 0) {  /* (its container checked above: a list or tuple of the length recorded) */
+            x = PyList_CheckExact(x) ? PyList_GET_ITEM(x, as->sub) : PyTuple_GET_ITEM(x, as->sub);
+        }
+        if (Py_TYPE(x) != array_type)
+            goto diverge;
+        PyObject *e = SLOT(x, data_off);
+        if (e == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "_data");
+            goto fail;
+        }
+        env[nenv++] = Py_NewRef(e);
+    }
+    for (int j = 0; j < s->narr; j++) {  /* the arrays' conditions, in order */
+        ArrSpec *as = &s->arr[j];
+        PyObject *e = env[j], *want;
+        switch (as->how) {
+        case MADE:
+            if (!PyList_CheckExact(M)) {
+                PyErr_SetString(PyExc_TypeError, "ctape step: the replay's made list is gone");
+                goto fail;
+            }
+            if ((want = item(M, as->arg)) == NULL)
+                goto fail;
+            Py_DECREF(want);
+            if (e != want)
+                goto diverge;
+            break;
+        case HERE:
+            if (e != env[as->arg])
+                goto diverge;
+            break;
+        case BOUND: {
+            PyObject *bound = slot_get(R, r_off[R_BOUND], "bound");
+            if (bound == NULL || (want = item(bound, as->arg)) == NULL)
+                goto fail;
+            Py_DECREF(want);
+            if (e != want)
+                goto diverge;
+            break;
+        }
+        default: {  /* FIRST: e is R.tape.leaves[k] or R.bind(k, e) */
+            PyObject *tape = slot_get(R, r_off[R_TAPE], "tape");
+            PyObject *leaves = tape == NULL ? NULL : slot_get(tape, leaves_off, "leaves");
+            if (leaves == NULL || (want = item(leaves, as->arg)) == NULL)
+                goto fail;
+            Py_DECREF(want);
+            if (e != want) {
+                PyObject *bargs[3] = {R, as->argobj, e};
+                PyObject *ok = PyObject_VectorcallMethod(s_bind, bargs, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                if (ok == NULL)
+                    goto fail;
+                t = PyObject_IsTrue(ok);
+                Py_DECREF(ok);
+                if (t < 0)
+                    goto fail;
+                if (!t)
+                    goto diverge;
+            }
+        }
+        }
+    }
+    for (int k = 0; k < s->nstat; k++) {
+        StatSpec *ss = &s->stat[k];
+        PyObject *x = vals[ss->pos];
+        if (ss->sub >= 0)
+            x = PyList_CheckExact(x) ? PyList_GET_ITEM(x, ss->sub) : PyTuple_GET_ITEM(x, ss->sub);
+        Py_INCREF(x);
+        t = differs(x, ss->check);
+        Py_DECREF(x);
+        if (t) {
+            if (t < 0)
+                goto fail;
+            goto diverge;
+        }
+    }
+    for (int j = 0; j < s->narr; j++) {  /* R.bound[k] = e of each first use */
+        if (s->arr[j].how != FIRST)
+            continue;
+        PyObject *bound = slot_get(R, r_off[R_BOUND], "bound");
+        if (bound == NULL || PyObject_SetItem(bound, s->arr[j].argobj, env[j]) < 0)
+            goto fail;
+    }
+    for (int k = 0; k < s->nextra; k++) {
+        PyObject *e = PyTuple_GET_ITEM(s->extra, k), *x;
+        if (PyTuple_GET_ITEM(e, 0) == Py_True) {
+            if (!PyList_CheckExact(M)) {
+                PyErr_SetString(PyExc_TypeError, "ctape step: the replay's made list is gone");
+                goto fail;
+            }
+            if ((x = item(M, PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 1)))) == NULL)
+                goto fail;
+        } else {
+            x = Py_NewRef(PyTuple_GET_ITEM(e, 1));
+        }
+        env[nenv++] = x;
+    }
+    for (int j = 0; j < s->nnode; j++) {
+        NodeSpec *ns = &s->node[j];
+        PyObject *margs[3 + MAXE];
+        PyObject *prim = ns->host ? PyObject_CallMethodNoArgs(ns->prim, s_make) : Py_NewRef(ns->prim);
+        if (prim == NULL)
+            goto fail;
+        margs[0] = M; margs[1] = ns->spec; margs[2] = prim;
+        for (int i = 0; i < ns->nin; i++)
+            margs[3 + i] = env[ns->ins[i]];
+        PyObject *n = make(margs, 3 + ns->nin);
+        Py_DECREF(prim);
+        if (n == NULL)
+            goto fail;
+        env[nenv++] = n;
+        if (ns->first >= 0) {  /* its first result: an Array bound to it, counted in its spec */
+            PyObject *arr = array_type->tp_alloc(array_type, 0);
+            if (arr == NULL)
+                goto fail;
+            SLOT(arr, data_off) = Py_NewRef(n);
+            res[ns->first] = arr;
+        }
+    }
+    for (Py_ssize_t g = 0; g < PyTuple_GET_SIZE(s->groups); g++) {
+        PyObject *gi = PyTuple_GET_ITEM(s->groups, g);
+        PyObject *lst = PyList_New(PyTuple_GET_SIZE(gi));
+        if (lst == NULL)
+            goto fail;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(gi); i++)
+            PyList_SET_ITEM(lst, i, Py_NewRef(env[PyLong_AsLong(PyTuple_GET_ITEM(gi, i))]));
+        PyObject *r = PyObject_CallOneArg(g_mo, lst);
+        Py_DECREF(lst);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    if (s->watch) {  /* if W[0]: FIRST(n0) */
+        if ((t = truth_of_first(g_w)) < 0)
+            goto fail;
+        if (t) {
+            PyObject *r = PyObject_CallOneArg(g_first, env[s->narr + s->nextra]);
+            if (r == NULL)
+                goto fail;
+            Py_DECREF(r);
+        }
+    }
+    for (int m = 0; m < s->nout; m++) {
+        OutSpec *o = &s->out[m];
+        if (o->kind == MADE_OUT)
+            continue;
+        if (o->kind == ARG) {
+            res[m] = Py_NewRef(vals[o->a]);
+            continue;
+        }
+        PyObject *d = env[o->a];
+        PyObject *arr = array_type->tp_alloc(array_type, 0);
+        if (arr == NULL)
+            goto fail;
+        SLOT(arr, data_off) = Py_NewRef(d);
+        res[m] = arr;
+        if (o->incr) {  /* d.arrays += 1 */
+            PyObject *old = PyObject_GetAttrString(d, "arrays");
+            PyObject *w = old == NULL ? NULL : PyNumber_Add(old, one);
+            Py_XDECREF(old);
+            if (w == NULL || PyObject_SetAttrString(d, "arrays", w) < 0) {
+                Py_XDECREF(w);
+                goto fail;
+            }
+            Py_DECREF(w);
+        }
+    }
+    if (s->next == Py_None) {  /* R.done = True; R.call = R.diverge */
+        PyObject *dv = PyObject_GetAttr(R, s_diverge);
+        if (dv == NULL)
+            goto fail;
+        slot_set(R, r_off[R_DONE], Py_True);
+        slot_set(R, r_off[R_CALL], dv);
+        Py_DECREF(dv);
+    } else {
+        slot_set(R, r_off[R_CALL], s->next);
+    }
+    if (s->kind == 0) {
+        result = res[0];
+        res[0] = NULL;
+    } else {
+        result = s->kind == 1 ? PyTuple_New(s->nout) : PyList_New(s->nout);
+        if (result == NULL)
+            goto fail;
+        for (int m = 0; m < s->nout; m++) {
+            if (s->kind == 1)
+                PyTuple_SET_ITEM(result, m, res[m]);
+            else
+                PyList_SET_ITEM(result, m, res[m]);
+            res[m] = NULL;
+        }
+    }
+    goto done;
+diverge: {
+        PyObject *dargs[4] = {R, fn, args, kw};
+        result = PyObject_VectorcallMethod(s_diverge, dargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        goto done;
+    }
+fail:
+    result = NULL;
+done:
+    for (int k = 0; k < nenv; k++)
+        Py_DECREF(env[k]);
+    for (int m = 0; m < nres; m++)
+        Py_XDECREF(res[m]);
+    Py_XDECREF(M);
+    Py_DECREF(R);
+    return result;
+}
+
+/* init_steps(Replayer, Tape, tracer_flag, watch, first_node, multi_output, current_stream, miss, same) */
+static PyObject *init_steps(PyObject *self, PyObject *args) {
+    PyTypeObject *rt, *tt;
+    PyObject *tr, *w, *first, *mo, *cs, *miss, *same;
+    Py_ssize_t offs[R_NSLOTS], l_off;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOO", &PyType_Type, &rt, &PyType_Type, &tt, &PyList_Type, &tr,
+                          &PyList_Type, &w, &first, &mo, &cs, &miss, &same))
+        return NULL;
+    for (int k = 0; k < R_NSLOTS; k++)
+        if (offset_of(rt, R_SLOTS[k], &offs[k]) < 0)
+            return NULL;
+    if (offset_of(tt, "leaves", &l_off) < 0)
+        return NULL;
+    if (s_diverge == NULL) {
+        if ((s_diverge = PyUnicode_InternFromString("diverge")) == NULL ||
+            (s_bind = PyUnicode_InternFromString("bind")) == NULL ||
+            (s_make = PyUnicode_InternFromString("make")) == NULL)
+            return NULL;
+    }
+    if (PyType_Ready(&StepType) < 0)
+        return NULL;
+    memcpy(r_off, offs, sizeof offs);
+    leaves_off = l_off;
+    Py_XSETREF(replayer_type, (PyTypeObject *)Py_NewRef(rt));
+    Py_XSETREF(tape_type, (PyTypeObject *)Py_NewRef(tt));
+    Py_XSETREF(g_tr, Py_NewRef(tr));
+    Py_XSETREF(g_w, Py_NewRef(w));
+    Py_XSETREF(g_first, Py_NewRef(first));
+    Py_XSETREF(g_mo, Py_NewRef(mo));
+    Py_XSETREF(g_cs, Py_NewRef(cs));
+    Py_XSETREF(g_miss, Py_NewRef(miss));
+    Py_XSETREF(g_same, Py_NewRef(same));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(ArrayData, Array): read the slots' offsets"},
+    {"init_steps", init_steps, METH_VARARGS,
+     "init_steps(Replayer, Tape, tracer flag, watch, first_node, multi_output, current_stream, miss, same)"},
     {"node", (PyCFunction)(void (*)(void))node, METH_FASTCALL, "node(made, spec, prim, *inputs) -> node"},
     {"array", (PyCFunction)(void (*)(void))array, METH_FASTCALL, "array(made, spec, prim, *inputs) -> Array"},
     {"same_counts", (PyCFunction)(void (*)(void))same_counts, METH_FASTCALL,
      "same_counts(made, users, held) -> whether the nodes' user counts and held flags are those recorded"},
+    {"step", (PyCFunction)(void (*)(void))step_new, METH_FASTCALL,
+     "step(replayer, next, spec) -> a replayed call's step (ops/tape_steps.py: _cspec)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,15 @@
-"""The tape's node maker in C (``ctape.c``): a replayed op call makes its nodes and its result in one call
-instead of about fifteen attribute stores in the compiled step (``tape_steps.py``).
+"""The tape's steps in C (``ctape.c``): a replayed op call checked and answered in one C call.
 
-Why: a replayed call of GPT-2 small's 308 costs about 0.7 us beyond the model's own Python, and making
-the node and its array was about half of it (2026-12-05, the CPU VM). The objects made are those the
-Python steps make (the types' own allocation, the same fields), so nothing downstream can tell.
+- **The node maker** (``node``, ``array``): a replayed call makes its nodes and its result in one call
+  instead of about fifteen attribute stores. The objects made are those the Python steps make (the
+  types' own allocation, the same fields), so nothing downstream can tell.
+- **The steps** (``step``): each call's :class:`~laneflow.ops.tape_steps.Plan` interpreted, the same
+  checks in the same order as the Python step written out from it (``tape_steps._python``), which
+  stays for a call with more values than a C step holds and with ``LANEFLOW_CSTEPS=0``.
+
+Why: a replayed call of GPT-2 small's 308 cost about 0.7 us beyond the model's own Python; making the
+node and its array was about half of it, the Python step's checks most of the rest (2026-12-05, the
+CPU VM: the tape's build of the forward 309 -> 191 us with the steps in C).
 
 Built with the system C compiler at the first tape (about 0.2 s, once per machine and Python) and kept in
 the signed disk cache (``native.py``; a later process loads it in about a millisecond);
