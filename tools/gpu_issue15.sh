@@ -15,6 +15,7 @@
 #   7. bench gpt2 --order sequential (SEQ=1, the default; SEQ=0 skips it): the same rows one at a time,
 #      against step 1's rows taking turns
 #   8. tools/probe_tape.py --maker, B=1: the tape's node maker in C against the Python steps, in one process
+#   9. tools/probe_tape.py --csteps, B=1: the steps in C against Python steps with the C node maker
 # Logs go to $OUT (default ./gpu-issue15-out); a short table is printed last. REPEAT (default 40) sets
 # bench gpt2's repeats.
 set -u
@@ -54,6 +55,8 @@ if [ "${SEQ:-1}" = 1 ]; then
 fi
 timeout 120 python3 tools/probe_tape.py --batch 1 --rounds 4 --steps 15 --maker >"$OUT/probe-tape-maker.log" 2>&1
 echo "probe_tape --maker rc=$?" >>"$OUT/env.txt"
+timeout 120 python3 tools/probe_tape.py --batch 1 --rounds 4 --steps 15 --csteps >"$OUT/probe-tape-csteps.log" 2>&1
+echo "probe_tape --csteps rc=$?" >>"$OUT/env.txt"
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.txt)
 
 echo "== env"; cat "$OUT/env.txt"
@@ -64,6 +67,7 @@ grep -o "tape_last_failure[^}]*" "$OUT/bench-gpt2.log" | sort | uniq -c | head -
 grep -A4 "^gpt2:" "$OUT/bench-gpt2.log" | tr -s ' ' | tr -d '\n' | grep -o "runs a sample[^┏]*" | cut -c1-400
 echo "== probe_tape"; grep -hE "GPT-2|tape (on|off)" "$OUT"/probe-tape-b*.log
 echo "== node maker A/B"; grep -hE "GPT-2|maker|Python" "$OUT/probe-tape-maker.log"
+echo "== C steps A/B"; grep -hE "GPT-2|steps|Py\+mkr" "$OUT/probe-tape-csteps.log"
 echo "== profile_gpt2 split"; grep -h "^split" "$OUT"/profile-gpt2-tape*.log | cut -c1-400
 echo "== uncached chain"; grep -hE "per add" "$OUT/profile-chain.log"
 echo "== bench dispatch"; grep -E "uncached, fusion off|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | head -6
