@@ -192,9 +192,15 @@ def test_without_the_maker_the_steps_run_in_python_and_say_why(tmp_path):
 def test_a_later_process_loads_the_maker_from_the_signed_cache(tmp_path):
     assert _run(_WHY, tmp_path).startswith("False None C"), "built"
     assert [p for p in os.listdir(tmp_path / "kc") if p.startswith("ctape-")]
-    # a later process loads the cached build (its compiler is not called)
-    boom = "from laneflow import native\ndef boom(*a):\n    raise AssertionError('built again')\nnative.compile = boom\n"
-    assert _run(boom + _WHY, tmp_path).startswith("False None C")
+    # a later process loads the cached build: its compiler is not called (laneflow loads the module at
+    # import, for its op wrapper: the hook goes in before)
+    boom = ("import subprocess\nrun = subprocess.run\n"
+            "def boom(cmd, *a, **k):\n    assert 'ctape' not in str(cmd), 'built again'\n    return run(cmd, *a, **k)\n"
+            "subprocess.run = boom\n")
+    assert _run(boom + _WHY, tmp_path).startswith("False None C, steps in C")
+    # (the hook sees a build: a process with another cache builds it)
+    (tmp_path / "other").mkdir()
+    assert _run(boom + _WHY, tmp_path / "other").startswith("True"), "the hook did not see the build"
 
 
 @needs_maker
@@ -358,3 +364,41 @@ def test_a_bad_step_spec_raises_and_a_dropped_tapes_steps_are_collected(c_steps)
 
 def _c_steps() -> int:
     return sum(type(o).__name__ == "Step" and type(o).__module__ == "_laneflow_ctape" for o in gc.get_objects())
+
+
+@needs_steps
+def test_the_public_ops_are_c_wrappers_that_bind_call_and_raise_like_the_functions():
+    assert type(lf.add).__name__ == type(lf.Array.__add__).__name__ == "taped"
+    assert repr(lf.add) == repr(lf.add.__wrapped__) and lf.add.__name__ == "add"
+    st = lf.new_stream(lf.cpu, lanes=1)
+    xn = np.arange(6.0).reshape(2, 3)
+    a = lf.array(xn, stream=st)
+    for got, want in [(a + a, xn + xn), (lf.Array.__add__(a, 1.0), xn + 1.0), (a.sum(axis=0), xn.sum(axis=0)),
+                      (lf.sum(a, axis=1, keepdims=True), xn.sum(axis=1, keepdims=True)), (2.0 * a, 2.0 * xn),
+                      (a.T, xn.T), (a.reshape(3, 2), xn.reshape(3, 2))]:
+        np.testing.assert_array_equal(np.asarray(got), want)
+    bound = a.sum
+    assert bound.__self__ is a and float(bound()) == xn.sum()
+    with pytest.raises(ValueError, match="reshape"):
+        a.reshape(4, 2)
+    with pytest.raises(TypeError):
+        lf.sum(a, no_such_keyword=1)
+
+
+def test_with_csteps_off_the_python_wrapper_and_steps_replay(tmp_path):
+    code = """
+import numpy as np, laneflow as lf
+from laneflow.graph import tape
+st = lf.new_stream(lf.cpu, lanes=1)
+rng = np.random.default_rng(0)
+wn = rng.standard_normal((4, 4)); w = lf.array(wn, stream=st); lf.eval(w)
+for _ in range(8):
+    xn = rng.standard_normal((3, 4)); x = lf.array(xn, stream=st); lf.eval(x)
+    with lf.stream(st):
+        y = lf.tanh(x @ w).sum(axis=1)
+    np.testing.assert_allclose(np.asarray(y), np.tanh(xn @ wn).sum(axis=1), rtol=1e-12)
+t, = [t for ts in tape.TAPES.values() for t in ts if t.stream is st]
+print(type(lf.tanh).__name__, {type(f).__name__ for f in t.steps.funcs}, tape.STATS["tape_replays"] >= 3)
+"""
+    out = _run(code, tmp_path, LANEFLOW_CSTEPS="0")
+    assert out.split() == ["function", "{'function'}", "True"], out

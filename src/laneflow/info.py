@@ -41,10 +41,13 @@ def collect() -> dict:
 
 
 def _tape_maker() -> str:
-    """Which path replayed op calls make their nodes by (``ops/ctape.py``; built now if not yet)."""
+    """Which path replayed op calls make their nodes by, and whether the steps and the op wrapper are C
+    too (``ops/ctape.py``; built now if not yet)."""
     from .ops import ctape
 
-    return "C" if ctape.load() is not None else f"Python ({ctape.why_not()})"
+    if ctape.load() is None:
+        return f"Python ({ctape.why_not()})"
+    return "C, steps in C" if os.environ.get("LANEFLOW_CSTEPS", "1") != "0" else "C, steps in Python (LANEFLOW_CSTEPS=0)"
 
 
 def _cshim_why_not() -> str | None:

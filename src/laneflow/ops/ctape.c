@@ -969,6 +969,151 @@ static PyObject *init_steps(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- the op wrapper ---------------------------------------------------------------------------------
+
+   taped(fn, state) -> the public op (ops/tape.py's taped, without a Python frame): with no tape state
+   (state[0] None) it calls fn as it was called; else state[0].call(fn, args, kw), and when that raises
+   an Exception while the state was cut under the call (state.cut: another thread ended the replay or
+   recording), fn as usual. It binds like a function (a method descriptor: obj.op(...) is op(obj, ...),
+   with no bound method made by Python's own calls), and keeps a __dict__ for functools.update_wrapper;
+   it pickles by its module and qualified name, as a function does. */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn, *state, *dict;
+} Taped;
+
+static PyObject *s_call, *s_cut, *s_qualname;
+
+static PyObject *taped_vcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Taped *t = (Taped *)op;
+    PyObject *s = PyList_GET_SIZE(t->state) ? PyList_GET_ITEM(t->state, 0) : Py_None;
+    if (s == Py_None)
+        return PyObject_Vectorcall(t->fn, args, nargsf, kwnames);
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    PyObject *tup = PyTuple_New(n), *kw = PyDict_New(), *r = NULL;
+    if (tup == NULL || kw == NULL)
+        goto out;
+    for (Py_ssize_t k = 0; k < n; k++)
+        PyTuple_SET_ITEM(tup, k, Py_NewRef(args[k]));
+    if (kwnames != NULL)
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++)
+            if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, k), args[n + k]) < 0)
+                goto out;
+    Py_INCREF(s);
+    PyObject *cargs[4] = {s, t->fn, tup, kw};
+    r = PyObject_VectorcallMethod(s_call, cargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyObject *et, *ev, *tb;  /* (PyErr_Fetch: the 3.11 API, still in 3.12 and 3.13) */
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *cut = PyObject_GetAttr(s, s_cut);
+        int c = cut == NULL ? -1 : PyObject_IsTrue(cut);
+        Py_XDECREF(cut);
+        if (c > 0) {  /* run it as usual */
+            Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+            r = PyObject_Vectorcall(t->fn, args, nargsf, kwnames);
+        } else if (c == 0) {
+            PyErr_Restore(et, ev, tb);
+        } else {  /* (reading cut failed: that error, as Python's would) */
+            Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+        }
+    }
+    Py_DECREF(s);
+out:
+    Py_XDECREF(tup);
+    Py_XDECREF(kw);
+    return r;
+}
+
+static PyObject *taped_get(PyObject *op, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(op);
+    return PyMethod_New(op, obj);
+}
+
+static PyObject *taped_reduce(PyObject *op, PyObject *unused) {
+    return PyObject_GetAttr(op, s_qualname);  /* (pickle: a global by module and qualified name) */
+}
+
+static PyObject *taped_repr(PyObject *op) {
+    return PyObject_Repr(((Taped *)op)->fn);  /* (a user sees the op's function) */
+}
+
+static int taped_traverse(PyObject *op, visitproc visit, void *arg) {
+    Taped *t = (Taped *)op;
+    Py_VISIT(t->fn);
+    Py_VISIT(t->state);
+    Py_VISIT(t->dict);
+    return 0;
+}
+
+static int taped_clear(PyObject *op) {
+    Taped *t = (Taped *)op;
+    Py_CLEAR(t->dict);
+    return 0;  /* (fn and state stay: a call after a clear still works) */
+}
+
+static void taped_dealloc(PyObject *op) {
+    Taped *t = (Taped *)op;
+    PyObject_GC_UnTrack(op);
+    Py_CLEAR(t->fn);
+    Py_CLEAR(t->state);
+    Py_CLEAR(t->dict);
+    Py_TYPE(op)->tp_free(op);
+}
+
+static PyMethodDef taped_methods[] = {
+    {"__reduce__", taped_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef taped_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TapedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_laneflow_ctape.taped",
+    .tp_basicsize = sizeof(Taped),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "A public op, recorded and replayed by the tape (ops/tape.py)",
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Taped, vectorcall),
+    .tp_descr_get = taped_get,
+    .tp_dictoffset = offsetof(Taped, dict),
+    .tp_methods = taped_methods,
+    .tp_getset = taped_getset,
+    .tp_repr = taped_repr,
+    .tp_traverse = taped_traverse,
+    .tp_clear = taped_clear,
+    .tp_dealloc = taped_dealloc,
+};
+
+static PyObject *taped_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "ctape.taped(fn, state list)");
+        return NULL;
+    }
+    if (s_call == NULL) {
+        if ((s_call = PyUnicode_InternFromString("call")) == NULL || (s_cut = PyUnicode_InternFromString("cut")) == NULL ||
+            (s_qualname = PyUnicode_InternFromString("__qualname__")) == NULL)
+            return NULL;
+    }
+    if (PyType_Ready(&TapedType) < 0)
+        return NULL;
+    Taped *t = PyObject_GC_New(Taped, &TapedType);
+    if (t == NULL)
+        return NULL;
+    t->vectorcall = taped_vcall;
+    t->fn = Py_NewRef(args[0]);
+    t->state = Py_NewRef(args[1]);
+    t->dict = NULL;
+    PyObject_GC_Track((PyObject *)t);
+    return (PyObject *)t;
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(ArrayData, Array): read the slots' offsets"},
     {"init_steps", init_steps, METH_VARARGS,
@@ -979,6 +1124,8 @@ static PyMethodDef methods[] = {
      "same_counts(made, users, held) -> whether the nodes' user counts and held flags are those recorded"},
     {"step", (PyCFunction)(void (*)(void))step_new, METH_FASTCALL,
      "step(replayer, next, spec) -> a replayed call's step (ops/tape_steps.py: _cspec)"},
+    {"taped", (PyCFunction)(void (*)(void))taped_new, METH_FASTCALL,
+     "taped(fn, state) -> the op recorded and replayed by the tape (ops/tape.py: taped)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,6 +18,7 @@ a replay (``ops/tape_replay.py``) or a recording (``ops/tape_record.py``).
 
 from __future__ import annotations
 
+import os
 from functools import update_wrapper
 from threading import get_ident
 from typing import Any, Callable
@@ -35,7 +36,11 @@ _tracing = _tracer.ACTIVE
 
 def taped(fn: Callable) -> Callable:
     """``fn``, recorded and replayed by the tape (``graph/tape.py``) when one is active; otherwise one
-    slot read more than calling ``fn``."""
+    slot read more than calling ``fn``. The wrapper is C (``ctape.taped``: no Python frame a call) where
+    the tape's C module loads, unless ``LANEFLOW_CSTEPS=0``; else this Python function, which does the same."""
+    wrap = _c_taped()
+    if wrap is not None:
+        return update_wrapper(wrap(fn, _STATE), fn)
 
     def op(*args: Any, **kw: Any) -> Any:
         s = _STATE[0]
@@ -49,6 +54,16 @@ def taped(fn: Callable) -> Callable:
             raise
 
     return update_wrapper(op, fn)  # (name, doc, annotations; inspect.signature follows __wrapped__)
+
+
+def _c_taped() -> Callable | None:
+    """``ctape.taped``, or None (no C module here, or ``LANEFLOW_CSTEPS=0``)."""
+    if os.environ.get("LANEFLOW_CSTEPS", "1") == "0":
+        return None
+    from . import ctape  # (loaded at import: about a millisecond from the disk cache)
+
+    mod = ctape.load()
+    return None if mod is None else mod.taped
 
 
 # -- after an evaluation ---------------------------------------------------------------------------
