@@ -347,8 +347,10 @@ def test_a_bad_step_spec_raises_and_a_dropped_tapes_steps_are_collected(c_steps)
         MAKER.step(rp, None, spec[:-1])
     bad_arrays = tuple((pos, sub, how, 5) if how == tape_steps.HERE else (pos, sub, 9, arg)
                        for pos, sub, how, arg in spec[6])
+    node = spec[9][0]
+    many_inputs = ((node[0], node[1], node[2], (0,) * 100, node[4]),) + spec[9][1:]
     for k, v in [(1, 40), (6, bad_arrays), (7, ((0, -1, (99, None)),)), (9, ((None, False, (), (7,), -1),)),
-                 (12, ()), (13, 5)]:
+                 (9, many_inputs), (12, ()), (13, 5)]:
         with pytest.raises(ValueError):
             MAKER.step(rp, None, spec[:k] + (v,) + spec[k + 1:])
     with pytest.raises(TypeError):

@@ -6,6 +6,7 @@ left the tape (a divergence) or missed."""
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import weakref
 
@@ -985,3 +986,69 @@ def test_the_eval_after_a_whole_replay_takes_the_graph_in_the_template_order(tap
     taken = [(r[1][0], made) for r, made in shortcuts if r is not None]
     assert len(taken) == d["tape_replays"]  # (each replay's eval took the shortcut)
     assert all((nodes is made) == (not swapped) for nodes, made in taken)  # (no copy when in order)
+
+
+def test_a_weight_passed_as_a_proxy_is_replayed_as_the_array_it_stands_for(taping):
+    # a weakref.proxy says its class is Array (the steps read __class__, as Python does) and gives its _data
+    import weakref
+
+    rng = np.random.default_rng(11)
+    st = lf.new_stream(taping, lanes=1)
+    wn = rng.standard_normal(4)
+    w = lf.array(wn, stream=st)
+    lf.eval(w)
+    pw = weakref.proxy(w)
+    before = _stats()
+    for _ in range(8):
+        xn = rng.standard_normal(4)
+        x = lf.array(xn, stream=st)
+        lf.eval(x)
+        with lf.stream(st):
+            y = x * 2.0 + pw
+        np.testing.assert_allclose(np.asarray(y), xn * 2.0 + wn, rtol=1e-12)
+    d = _delta(before)
+    assert d["tape_replays"] >= 3 and d["tape_divergences"] == 0 and d["tape_misses"] == 0, d
+
+
+def test_a_list_argument_emptied_during_its_checks_raises_as_python_does(taping):
+    # A list [array, [1.0, 2.0], [3.0]]: while a static element is compared (tape_steps.same, Python), a GC
+    # callback empties the list. Reading the next element then raises IndexError (never reads past the end).
+    from laneflow.ops import tape_steps
+
+    rng = np.random.default_rng(12)
+    st = lf.new_stream(taping, lanes=1)
+    arm = [None]
+
+    def emptier(phase, info):
+        f = sys._getframe()
+        while arm[0] is not None and phase == "start" and f is not None:
+            if f.f_code is tape_steps.same.__code__:
+                arm[0].clear()
+                arm[0] = None
+            f = f.f_back
+
+    gc.callbacks.append(emptier)
+    threshold = gc.get_threshold()
+    raised = []
+    try:
+        for i in range(8):
+            x = lf.array(rng.standard_normal(4), stream=st)
+            lf.eval(x)
+            items = [None, [1.0, 2.0], [3.0]]
+            with lf.stream(st):
+                items[0] = x * 1.0
+                if i == 7:
+                    arm[0] = items
+                    gc.set_threshold(1)
+                try:
+                    y = lf.concatenate(items, axis=0)
+                except IndexError as e:
+                    raised.append(e)
+                    y = items and items[0]
+                finally:
+                    gc.set_threshold(*threshold)
+            if i < 7:
+                np.testing.assert_allclose(np.asarray(y), np.concatenate([np.asarray(x), [1.0, 2.0, 3.0]]))
+    finally:
+        gc.callbacks.remove(emptier)
+    assert tape.STATS["tape_replays"] >= 1 and len(raised) == 1 and arm[0] is None

@@ -202,7 +202,7 @@ static PyTypeObject *replayer_type, *tape_type;
 /* the steps' globals: the tracer's flag list, the speculative launch's watch list and its first_node,
    multi_output, current_stream, the keyword default MISS, and same */
 static PyObject *g_tr, *g_w, *g_first, *g_mo, *g_cs, *g_miss, *g_same;
-static PyObject *s_diverge, *s_bind, *s_make;
+static PyObject *s_diverge, *s_bind, *s_make, *s_class, *s_data;
 
 enum { IS, EQ, TUPLE, SLICE, SAME_AS };           /* tape_steps.check_of */
 enum { DEPTH, CURRENT };                           /* Plan.where */
@@ -270,6 +270,23 @@ static int truth_of_first(PyObject *lst) {  /* lst[0] is true: 1, 0, -1 on error
     return t;
 }
 
+/* x.__class__ is cls, as the Python step reads it (a proxy may say it is another class): 1, 0, -1 */
+static int class_is(PyObject *x, PyObject *cls) {
+    if ((PyObject *)Py_TYPE(x) == cls)
+        return 1;
+    PyObject *c = PyObject_GetAttr(x, s_class);
+    if (c == NULL)
+        return -1;
+    Py_DECREF(c);
+    return c == cls;
+}
+
+/* an argument, or its element sub (a new reference): containers are read as the Python step reads them,
+   x[sub], checked (Python code may have changed a list since its length was checked) */
+static PyObject *arg_at(PyObject *const *vals, int pos, int sub) {
+    return sub < 0 ? Py_NewRef(vals[pos]) : item(vals[pos], sub);
+}
+
 /* Whether x fails check (tape_steps.check_of): 1, 0, or -1 on an error. */
 static int differs(PyObject *x, PyObject *check) {
     long how = PyLong_AsLong(PyTuple_GET_ITEM(check, 0));
@@ -277,8 +294,9 @@ static int differs(PyObject *x, PyObject *check) {
     case IS:
         return x != PyTuple_GET_ITEM(check, 1);
     case EQ: {
-        if ((PyObject *)Py_TYPE(x) != PyTuple_GET_ITEM(check, 1))
-            return 1;
+        int c = class_is(x, PyTuple_GET_ITEM(check, 1));
+        if (c <= 0)
+            return c < 0 ? -1 : 1;
         PyObject *r = PyObject_RichCompare(x, PyTuple_GET_ITEM(check, 2), Py_NE);
         if (r == NULL)
             return -1;
@@ -289,23 +307,35 @@ static int differs(PyObject *x, PyObject *check) {
     case TUPLE: {
         PyObject *subs = PyTuple_GET_ITEM(check, 1);
         Py_ssize_t n = PyTuple_GET_SIZE(subs);
-        if (!PyTuple_CheckExact(x) || PyTuple_GET_SIZE(x) != n)
-            return 1;
+        int c = class_is(x, (PyObject *)&PyTuple_Type);
+        if (c <= 0)
+            return c < 0 ? -1 : 1;
+        Py_ssize_t len = PyObject_Length(x);
+        if (len != n)
+            return len < 0 ? -1 : 1;
         for (Py_ssize_t k = 0; k < n; k++) {
-            int d = differs(PyTuple_GET_ITEM(x, k), PyTuple_GET_ITEM(subs, k));
+            PyObject *e = item(x, k);
+            if (e == NULL)
+                return -1;
+            int d = differs(e, PyTuple_GET_ITEM(subs, k));
+            Py_DECREF(e);
             if (d)
                 return d;
         }
         return 0;
     }
     case SLICE: {
-        if (!Py_IS_TYPE(x, &PySlice_Type))
-            return 1;
-        PySliceObject *sl = (PySliceObject *)x;
+        static const char *fields[3] = {"start", "stop", "step"};
+        int c = class_is(x, (PyObject *)&PySlice_Type);
+        if (c <= 0)
+            return c < 0 ? -1 : 1;
         PyObject *subs = PyTuple_GET_ITEM(check, 1);
-        PyObject *parts[3] = {sl->start, sl->stop, sl->step};
         for (int k = 0; k < 3; k++) {
-            int d = differs(parts[k], PyTuple_GET_ITEM(subs, k));
+            PyObject *part = PyObject_GetAttrString(x, fields[k]);
+            if (part == NULL)
+                return -1;
+            int d = differs(part, PyTuple_GET_ITEM(subs, k));
+            Py_DECREF(part);
             if (d)
                 return d;
         }
@@ -549,6 +579,8 @@ static PyObject *step_new(PyObject *self, PyObject *const *args, Py_ssize_t narg
         ns->host = PyTuple_GET_ITEM(e, 1) == Py_True;
         ns->spec = sp;
         ns->first = (int)PyLong_AsLong(PyTuple_GET_ITEM(e, 4));
+        if (PyTuple_GET_SIZE(ins) > MAXE)
+            BAD("a node's inputs");
         ns->nin = (int)PyTuple_GET_SIZE(ins);
         ns->ins = in_at;
         for (int i = 0; i < ns->nin; i++) {
@@ -624,9 +656,8 @@ bad:
 
 /* the replay's stream check (Plan.where): 1 the call is on it, 0 not, -1 an error */
 static int on_stream(Step *s, PyObject *R) {
-    PyObject *st = slot_get(R, r_off[R_ST], "st");
-    PyObject *stack = slot_get(R, r_off[R_STACK], "stack");
-    if (st == NULL || stack == NULL)
+    PyObject *stack = slot_get(R, r_off[R_STACK], "stack"), *st;
+    if (stack == NULL)
         return -1;
     if (s->where_mode == DEPTH && s->depth > 0) {  /* len(R.stack) != depth or R.stack[-1] is not R.st */
         Py_ssize_t n = PyObject_Length(stack);
@@ -638,25 +669,25 @@ static int on_stream(Step *s, PyObject *R) {
         if (top == NULL)
             return -1;
         Py_DECREF(top);
+        if ((st = slot_get(R, r_off[R_ST], "st")) == NULL)
+            return -1;
         return top == st;
     }
-    PyObject *want = st;
     if (s->where_mode == DEPTH) {  /* R.stack or CS() is not R.st */
         int t = PyObject_IsTrue(stack);
         if (t != 0)
             return t < 0 ? -1 : 0;
-    } else {
-        want = s->where_stream;
     }
-    Py_INCREF(want);  /* (current_stream is Python: it may run anything) */
-    PyObject *cur = PyObject_CallNoArgs(g_cs);
-    if (cur == NULL) {
-        Py_DECREF(want);
+    PyObject *cur = PyObject_CallNoArgs(g_cs);  /* (Python: it may run anything; R.st is read after it) */
+    if (cur == NULL)
         return -1;
+    Py_DECREF(cur);  /* (only its identity is compared) */
+    if (s->where_mode == DEPTH) {
+        if ((st = slot_get(R, r_off[R_ST], "st")) == NULL)
+            return -1;
+        return cur == st;
     }
-    Py_DECREF(cur);
-    Py_DECREF(want);
-    return cur == want;
+    return cur == s->where_stream;
 }
 
 static PyObject *step_vcall(PyObject *op, PyObject *const *a, size_t nargsf, PyObject *kwnames) {
@@ -717,25 +748,42 @@ static PyObject *step_vcall(PyObject *op, PyObject *const *a, size_t nargsf, PyO
             goto fail;
         Py_INCREF(M);
     }
-    for (int k = 0; k < s->ncont; k++) {
+    for (int k = 0; k < s->ncont; k++) {  /* v.__class__ is not list (tuple) or len(v) != n */
         PyObject *c = vals[s->cont[k][0]];
-        if (!(s->cont[k][1] ? PyList_CheckExact(c) : PyTuple_CheckExact(c)) || Py_SIZE(c) != s->cont[k][2])
+        t = class_is(c, s->cont[k][1] ? (PyObject *)&PyList_Type : (PyObject *)&PyTuple_Type);
+        if (t <= 0) {
+            if (t < 0)
+                goto fail;
+            goto diverge;
+        }
+        Py_ssize_t n = PyObject_Length(c);
+        if (n < 0)
+            goto fail;
+        if (n != s->cont[k][2])
             goto diverge;
     }
-    for (int j = 0; j < s->narr; j++) {  /* each its class, then its node */
+    for (int j = 0; j < s->narr; j++) {  /* each its class, then its node (x._data) */
         ArrSpec *as = &s->arr[j];
-        PyObject *x = vals[as->pos];
-        if (as->sub >= 0) {  /* (its container checked above: a list or tuple of the length recorded) */
-            x = PyList_CheckExact(x) ? PyList_GET_ITEM(x, as->sub) : PyTuple_GET_ITEM(x, as->sub);
-        }
-        if (Py_TYPE(x) != array_type)
-            goto diverge;
-        PyObject *e = SLOT(x, data_off);
-        if (e == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "_data");
+        PyObject *x = arg_at(vals, as->pos, as->sub), *e;
+        if (x == NULL)
             goto fail;
+        if (Py_TYPE(x) == array_type) {
+            e = SLOT(x, data_off);
+            if (e == NULL)
+                PyErr_SetObject(PyExc_AttributeError, s_data);
+            Py_XINCREF(e);
+        } else {
+            t = class_is(x, (PyObject *)array_type);
+            if (t == 0) {
+                Py_DECREF(x);
+                goto diverge;
+            }
+            e = t < 0 ? NULL : PyObject_GetAttr(x, s_data);
         }
-        env[nenv++] = Py_NewRef(e);
+        Py_DECREF(x);
+        if (e == NULL)
+            goto fail;
+        env[nenv++] = e;
     }
     for (int j = 0; j < s->narr; j++) {  /* the arrays' conditions, in order */
         ArrSpec *as = &s->arr[j];
@@ -788,10 +836,9 @@ static PyObject *step_vcall(PyObject *op, PyObject *const *a, size_t nargsf, PyO
     }
     for (int k = 0; k < s->nstat; k++) {
         StatSpec *ss = &s->stat[k];
-        PyObject *x = vals[ss->pos];
-        if (ss->sub >= 0)
-            x = PyList_CheckExact(x) ? PyList_GET_ITEM(x, ss->sub) : PyTuple_GET_ITEM(x, ss->sub);
-        Py_INCREF(x);
+        PyObject *x = arg_at(vals, ss->pos, ss->sub);
+        if (x == NULL)
+            goto fail;
         t = differs(x, ss->check);
         Py_DECREF(x);
         if (t) {
@@ -892,10 +939,10 @@ static PyObject *step_vcall(PyObject *op, PyObject *const *a, size_t nargsf, PyO
         }
     }
     if (s->next == Py_None) {  /* R.done = True; R.call = R.diverge */
+        slot_set(R, r_off[R_DONE], Py_True);
         PyObject *dv = PyObject_GetAttr(R, s_diverge);
         if (dv == NULL)
             goto fail;
-        slot_set(R, r_off[R_DONE], Py_True);
         slot_set(R, r_off[R_CALL], dv);
         Py_DECREF(dv);
     } else {
@@ -950,7 +997,9 @@ static PyObject *init_steps(PyObject *self, PyObject *args) {
     if (s_diverge == NULL) {
         if ((s_diverge = PyUnicode_InternFromString("diverge")) == NULL ||
             (s_bind = PyUnicode_InternFromString("bind")) == NULL ||
-            (s_make = PyUnicode_InternFromString("make")) == NULL)
+            (s_make = PyUnicode_InternFromString("make")) == NULL ||
+            (s_class = PyUnicode_InternFromString("__class__")) == NULL ||
+            (s_data = PyUnicode_InternFromString("_data")) == NULL)
             return NULL;
     }
     if (PyType_Ready(&StepType) < 0)
@@ -991,6 +1040,7 @@ static PyObject *taped_vcall(PyObject *op, PyObject *const *args, size_t nargsf,
     PyObject *s = PyList_GET_SIZE(t->state) ? PyList_GET_ITEM(t->state, 0) : Py_None;
     if (s == Py_None)
         return PyObject_Vectorcall(t->fn, args, nargsf, kwnames);
+    Py_INCREF(s);  /* (held before anything allocates: a collection may run code that replaces it) */
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     PyObject *tup = PyTuple_New(n), *kw = PyDict_New(), *r = NULL;
     if (tup == NULL || kw == NULL)
@@ -1001,8 +1051,8 @@ static PyObject *taped_vcall(PyObject *op, PyObject *const *args, size_t nargsf,
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++)
             if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, k), args[n + k]) < 0)
                 goto out;
-    Py_INCREF(s);
     PyObject *cargs[4] = {s, t->fn, tup, kw};
+
     r = PyObject_VectorcallMethod(s_call, cargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (r == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
         PyObject *et, *ev, *tb;  /* (PyErr_Fetch: the 3.11 API, still in 3.12 and 3.13) */
@@ -1019,8 +1069,8 @@ static PyObject *taped_vcall(PyObject *op, PyObject *const *args, size_t nargsf,
             Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
         }
     }
-    Py_DECREF(s);
 out:
+    Py_DECREF(s);
     Py_XDECREF(tup);
     Py_XDECREF(kw);
     return r;
