@@ -314,7 +314,7 @@ static int differs(PyObject *x, PyObject *check) {
         if (len != n)
             return len < 0 ? -1 : 1;
         for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *e = item(x, k);
+            PyObject *e = PyTuple_CheckExact(x) ? Py_NewRef(PyTuple_GET_ITEM(x, k)) : item(x, k);
             if (e == NULL)
                 return -1;
             int d = differs(e, PyTuple_GET_ITEM(subs, k));
@@ -331,7 +331,13 @@ static int differs(PyObject *x, PyObject *check) {
             return c < 0 ? -1 : 1;
         PyObject *subs = PyTuple_GET_ITEM(check, 1);
         for (int k = 0; k < 3; k++) {
-            PyObject *part = PyObject_GetAttrString(x, fields[k]);
+            PyObject *part;
+            if (Py_IS_TYPE(x, &PySlice_Type)) {  /* (a slice's fields, read directly) */
+                PySliceObject *sl = (PySliceObject *)x;
+                part = Py_NewRef(k == 0 ? sl->start : k == 1 ? sl->stop : sl->step);
+            } else {
+                part = PyObject_GetAttrString(x, fields[k]);
+            }
             if (part == NULL)
                 return -1;
             int d = differs(part, PyTuple_GET_ITEM(subs, k));
