@@ -404,3 +404,19 @@ print(type(lf.tanh).__name__, {type(f).__name__ for f in t.steps.funcs}, tape.ST
 """
     out = _run(code, tmp_path, LANEFLOW_CSTEPS="0")
     assert out.split() == ["function", "{'function'}", "True"], out
+
+
+@needs_maker
+def test_an_arrays_finalizer_in_c_counts_its_value_down_and_ignores_an_unbound_array():
+    assert type(Array.__del__).__name__ == "method_descriptor"  # (ops/ctape.py put the C one in)
+    d = lf.array(np.arange(3.0))._data  # (the array died: nothing binds the value now)
+    assert d.arrays == 0
+    a, b = Array._wrap(d), Array._wrap(d)
+    assert d.arrays == 2
+    del a
+    assert d.arrays == 1
+    Array.__del__(b)  # (called by hand it counts once more, as the Python one does)
+    assert d.arrays == 0
+    unbound = object.__new__(Array)  # construction failed before _data was set: dies quietly
+    del unbound
+    gc.collect()

@@ -48,6 +48,7 @@ class Array:
         old.arrays -= 1
 
     def __del__(self) -> None:
+        # (ops/ctape.py replaces this with the same finalizer in C where its module builds)
         try:  # (an Array whose construction failed has no _data)
             self._data.arrays -= 1
         except AttributeError:

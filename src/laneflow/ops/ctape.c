@@ -1170,6 +1170,55 @@ static PyObject *taped_new(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return (PyObject *)t;
 }
 
+/* ---- an Array's finalizer ----------------------------------------------------------------------------
+
+   array_del() -> Array.__del__ as a method descriptor: self._data.arrays -= 1, an Array whose _data was
+   never set ignored (array.py's __del__, without a Python frame at each of a step's hundreds of deaths). */
+
+static PyObject *array_del_impl(PyObject *self, PyObject *unused) {
+    PyObject *d = SLOT(self, data_off);
+    if (d == NULL)
+        Py_RETURN_NONE;  /* (construction failed: no _data) */
+    Py_INCREF(d);
+    PyObject *r = NULL;
+    if (Py_IS_TYPE(d, node_type)) {
+        PyObject **a = &SLOT(d, node_off[ARRAYS]);
+        if (*a == NULL) {
+            r = Py_NewRef(Py_None);  /* (a node without the slot set: AttributeError, ignored) */
+        } else {
+            PyObject *w = PyNumber_Subtract(*a, one);
+            if (w != NULL) {
+                Py_SETREF(*a, w);
+                r = Py_NewRef(Py_None);
+            }
+        }
+    } else {  /* (another kind of value: as Python does it) */
+        PyObject *old = PyObject_GetAttrString(d, "arrays");
+        PyObject *w = old == NULL ? NULL : PyNumber_Subtract(old, one);
+        Py_XDECREF(old);
+        if (w != NULL && PyObject_SetAttrString(d, "arrays", w) == 0)
+            r = Py_NewRef(Py_None);
+        Py_XDECREF(w);
+        if (r == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            r = Py_NewRef(Py_None);
+        }
+    }
+    Py_DECREF(d);
+    return r;
+}
+
+static PyMethodDef array_del_def = {"__del__", array_del_impl, METH_NOARGS,
+                                    "Let go of the value: one array fewer binds it (ops/ctape.c)"};
+
+static PyObject *array_del(PyObject *self, PyObject *unused) {
+    if (array_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ctape: init was not called");
+        return NULL;
+    }
+    return PyDescr_NewMethod(array_type, &array_del_def);
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(ArrayData, Array): read the slots' offsets"},
     {"init_steps", init_steps, METH_VARARGS,
@@ -1180,6 +1229,7 @@ static PyMethodDef methods[] = {
      "same_counts(made, users, held) -> whether the nodes' user counts and held flags are those recorded"},
     {"step", (PyCFunction)(void (*)(void))step_new, METH_FASTCALL,
      "step(replayer, next, spec) -> a replayed call's step (ops/tape_steps.py: _cspec)"},
+    {"array_del", array_del, METH_NOARGS, "array_del() -> Array.__del__ in C (a method descriptor)"},
     {"taped", (PyCFunction)(void (*)(void))taped_new, METH_FASTCALL,
      "taped(fn, state) -> the op recorded and replayed by the tape (ops/tape.py: taped)"},
     {NULL, NULL, 0, NULL},

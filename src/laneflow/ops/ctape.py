@@ -49,6 +49,7 @@ def _open(_key=None) -> ModuleType:
                             lambda: native.compile(NAME, SOURCE, "the tape's node maker"),
                             lambda image: native.load(NAME, image, "array"), unusable=(ImportError,))
     mod.init(ArrayData, Array)
+    Array.__del__ = mod.array_del()  # (the same finalizer without a Python frame: array.py's, in C)
     return mod
 
 
