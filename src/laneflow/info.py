@@ -47,7 +47,7 @@ def _tape_maker() -> str:
 
     if ctape.load() is None:
         return f"Python ({ctape.why_not()})"
-    return "C, steps in C" if os.environ.get("LANEFLOW_CSTEPS", "1") != "0" else "C, steps in Python (LANEFLOW_CSTEPS=0)"
+    return "C, steps in C" if ctape.steps_on() else "C, steps in Python (LANEFLOW_CSTEPS=0)"
 
 
 def _cshim_why_not() -> str | None:

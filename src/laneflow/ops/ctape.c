@@ -632,14 +632,8 @@ static PyObject *step_new(PyObject *self, PyObject *const *args, Py_ssize_t narg
         if ((o->kind == ARG && (o->a < 0 || o->a >= s->npos + s->nnames)) ||
             (o->kind == VALUE && (o->a < 0 || o->a >= base + s->nnode)) || o->kind < ARG || o->kind > VALUE)
             BAD("an out's value");
-        if (o->kind == MADE_OUT) {
-            int found = 0;
-            for (int j = 0; j < s->nnode; j++)
-                if (s->node[j].first == k)
-                    found = 1;
-            if (!found)
-                BAD("a result made with no node");
-        }
+        if (o->kind == MADE_OUT && (o->a < 0 || o->a >= s->nnode || s->node[o->a].first != k))
+            BAD("a result made with no node");  /* (a: the node it is made with) */
     }
     for (int j = 0; j < s->nnode; j++) {
         int f = s->node[j].first;

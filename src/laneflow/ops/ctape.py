@@ -37,6 +37,12 @@ def load() -> ModuleType | None:
     return _once.get()
 
 
+def steps_on() -> bool:
+    """Whether the steps and the op wrapper are C where the module loads (``LANEFLOW_CSTEPS=0``: Python
+    steps that make their nodes in C, and the Python wrapper)."""
+    return os.environ.get("LANEFLOW_CSTEPS", "1") != "0"
+
+
 def why_not() -> str | None:
     """Why the node maker is not used (None: it is, or it was not asked for yet)."""
     return _once.why_not()

@@ -18,7 +18,6 @@ a replay (``ops/tape_replay.py``) or a recording (``ops/tape_record.py``).
 
 from __future__ import annotations
 
-import os
 from functools import update_wrapper
 from threading import get_ident
 from typing import Any, Callable
@@ -58,9 +57,10 @@ def taped(fn: Callable) -> Callable:
 
 def _c_taped() -> Callable | None:
     """``ctape.taped``, or None (no C module here, or ``LANEFLOW_CSTEPS=0``)."""
-    if os.environ.get("LANEFLOW_CSTEPS", "1") == "0":
-        return None
     from . import ctape  # (loaded at import: about a millisecond from the disk cache)
+
+    if not ctape.steps_on():
+        return None
 
     mod = ctape.load()
     return None if mod is None else mod.taped

@@ -16,7 +16,6 @@ same checks in the same order, else the Python function written out from it.
 
 from __future__ import annotations
 
-import os
 from threading import get_ident
 from types import EllipsisType
 from typing import Any
@@ -203,7 +202,7 @@ def _maker() -> None:
             _GLOBALS["MKN"], _GLOBALS["MKA"], _GLOBALS["CM"] = mod.node, mod.array, mod.same_counts
             # the steps themselves in C (Plan interpreted: ctape.c), unless LANEFLOW_CSTEPS=0 (then
             # Python steps that make their nodes in C)
-            _GLOBALS["CSTEP"] = mod.step if os.environ.get("LANEFLOW_CSTEPS", "1") != "0" else None
+            _GLOBALS["CSTEP"] = mod.step if ctape.steps_on() else None
         _GLOBALS["C"] = mod is not None
 
 
@@ -259,7 +258,7 @@ class Plan:
       ``inputs`` indices into the call's values (its arrays, extras, then its nodes), ``first`` the
       result made with the node (an Array bound to it) or None;
     - ``groups``: value indices of sibling groups; ``watch``: the speculative launch's first node check;
-    - ``outs``: (``ARG``, position), (``MADE_OUT``, result), or (``VALUE``, value index, whether its
+    - ``outs``: (``ARG``, position), (``MADE_OUT``, node: the result made with it), or (``VALUE``, value index, whether its
       array count rises); ``kind``: None (one array), tuple or list."""
 
     __slots__ = ("fn", "npos", "names", "where", "containers", "arrays", "static", "extra", "nodes", "groups",
@@ -325,7 +324,7 @@ def plan(c, tape, first_use: set, watch: bool) -> Plan:
         if k < 0:
             outs.append((ARG, -1 - k))
         elif k >= base and first_out[k - base] == m:
-            outs.append((MADE_OUT, m))
+            outs.append((MADE_OUT, k - base))
         else:
             outs.append((VALUE, k, k < base))  # (a node of this call counts its arrays from the start)
     p.outs = tuple(outs)
@@ -440,7 +439,7 @@ def _python(p: Plan, maker: bool) -> tuple:
         if o[0] == MADE_OUT and maker:
             results.append(f"r{m}")
             continue
-        k = o[1] if o[0] == VALUE else len(p.arrays) + len(p.extra) + _node_of(p, m)
+        k = o[1] if o[0] == VALUE else len(p.arrays) + len(p.extra) + o[1]
         out.append(f"        r{m} = NEW(A)")
         out.append(f"        r{m}._data = {env[k]}")
         if o[0] == VALUE and o[2]:
@@ -460,7 +459,3 @@ def _python(p: Plan, maker: bool) -> tuple:
     params = "".join(f", k{m}" for m in range(len(consts)))
     return "\n".join([f"def factory(R, NEXT{params}):", *out, "    return s", ""]), consts
 
-
-def _node_of(p: Plan, m: int) -> int:
-    """The node whose first result is result ``m``."""
-    return next(j for j, node in enumerate(p.nodes) if node[3] == m)
