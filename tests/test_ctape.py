@@ -168,7 +168,7 @@ def test_the_compiled_steps_use_the_maker_and_give_numpy_values(monkeypatch):
 
 
 def _run(code: str, tmp_path, **env) -> str:
-    return run_laneflow_script(code, tmp_path, unset=("LANEFLOW_CTAPE",), **env)
+    return run_laneflow_script(code, tmp_path, unset=("LANEFLOW_CTAPE", "LANEFLOW_CSTEPS"), **env)
 
 
 _WHY = """
