@@ -65,6 +65,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.parametrize("version, root_env", [("mpiexec (Open MPI) 4.1.6", True),
+                                                ("HYDRA build details:\n    Version: 4.2.0", False)])
+def test_the_launch_lets_open_mpi_start_as_root_and_leaves_mpich_alone(tmp_path, monkeypatch, version, root_env):
+    exe = tmp_path / "mpiexec"
+    exe.write_text(f"#!/bin/sh\necho '{version}'\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(mpi, "mpiexec", lambda: str(exe))
+    monkeypatch.setattr(mpi, "_VENDOR", {})
+    head, env = mpi.launch(3)
+    assert head == [str(exe), "-n", "3"]
+    want = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if root_env else {}
+    assert env == want
+    monkeypatch.setattr(mpi, "mpiexec", lambda: None)
+    assert mpi.launch(2) is None
+
+
 def test_rendezvous_gives_rank_zeros_bytes_to_every_rank():
     port, n = _free_port(), 4
     payload = os.urandom(128)
@@ -322,15 +338,17 @@ def test_collectives_before_init_and_bad_init_arguments_say_what_to_do():
 # -- many processes, through MPI --------------------------------------------------------------------------
 
 def _launch(n: int, scenario: str, seed: int = 0, timeout: float = 120, env: dict | None = None):
-    mpiexec = mpi.mpiexec()
-    if mpiexec is None:
+    how = mpi.launch(n)
+    if how is None:
         pytest.skip("mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")
+    head, extra = how
     e = dict(os.environ)
+    e.update(extra)
     e.update(env or {})
     e.setdefault("LANEFLOW_DIST_TIMEOUT", "60")
     src = str(Path(lf.__file__).resolve().parents[1])
     e["PYTHONPATH"] = src + os.pathsep + e.get("PYTHONPATH", "")
-    return subprocess.run([mpiexec, "-n", str(n), sys.executable, str(WORKER), scenario, str(seed)],
+    return subprocess.run([*head, sys.executable, str(WORKER), scenario, str(seed)],
                           capture_output=True, text=True, timeout=timeout, env=e)
 
 

@@ -48,6 +48,38 @@ def mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
+def launch(n: int) -> tuple[list[str], dict[str, str]] | None:
+    """How to start ``n`` ranks: the command's head (``mpiexec -n n``; append the program) and the
+    environment it needs on top of the caller's, or None when :func:`mpiexec` finds none.
+
+    Open MPI's ``mpiexec`` (a system MPI) refuses to start as root, as in a container, unless asked
+    to (its documented ``OMPI_ALLOW_RUN_AS_ROOT`` pair); MPICH's needs nothing. Which one it is comes
+    from ``mpiexec --version``, asked once per process."""
+    exe = mpiexec()
+    if exe is None:
+        return None
+    env = {}
+    if _is_open_mpi(exe):
+        env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    return [exe, "-n", str(n)], env
+
+
+_VENDOR: dict[str, bool] = {}
+
+
+def _is_open_mpi(exe: str) -> bool:
+    found = _VENDOR.get(exe)
+    if found is None:
+        import subprocess
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+            text = out.stdout + out.stderr
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+        found = _VENDOR[exe] = "Open MPI" in text or "OpenRTE" in text or "Open RTE" in text
+    return found
+
+
 def _bytes(a: np.ndarray) -> np.ndarray:
     """The bytes of a contiguous array (outputs are; inputs are made so), as MPI moves them."""
     return a.reshape(-1).view(np.uint8)

@@ -64,15 +64,15 @@ GPU_SIZES = "1,4,16,64,256,1024"
 def _launch(ctx, device: str, ranks: int, p: dict) -> list[Result]:
     what = "CPU, MPI" if device == "cpu" else "GPU, NCCL"
     head = Case("distributed", f"all-reduce over {ranks} processes ({what})", {}, None)
-    mpiexec = mpi.mpiexec()
-    if mpiexec is None:
+    how = mpi.launch(ranks)
+    if how is None:
         return [skipped(head, "laneflow", "mpi4py or mpiexec missing: pip install 'laneflow[distributed]'")]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "dist.json")
-        env = dict(os.environ)
+        env = dict(os.environ, **how[1])
         src = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "laneflow.bench.dist_worker", out,
+        cmd = [*how[0], sys.executable, "-m", "laneflow.bench.dist_worker", out,
                "--repeat", str(ctx.repeat), "--sizes-mib", p["sizes"], "--layers", str(p["layers"]),
                "--width", str(p["width"]), "--batch", str(p["batch"]), "--device", device]
         limit = float(os.environ.get("LANEFLOW_BENCH_DIST_TIMEOUT", "600"))
