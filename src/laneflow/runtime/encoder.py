@@ -130,8 +130,6 @@ class CommandEncoder:
         point = Point(lane, seq, lane.clock)
         for b in reads:
             b.readers[lane] = point
-        for b in settled:
-            b.readers[lane] = point
         for b in writes:
             b.writer = point
             if b.readers:
@@ -139,7 +137,21 @@ class CommandEncoder:
         sink = tracing.active
         if sink is not None:
             sink.enqueued(lane, cmd)
-        lane._enqueue(cmd)  # Lane.submit, without the extra call
+        if not settled:
+            lane._enqueue(cmd)  # Lane.submit, without the extra call
+            return point
+        # Settled reads (a compiled launch's tens of weights) need no checks, only their reader entries,
+        # which nothing reads before the next submission (the caller holds the scheduler's lock and keeps
+        # them alive): recorded after the launch, so the GPU starts sooner (a speculated eager step's
+        # launch is on its critical path: graph/speculate.py).
+        try:
+            lane._enqueue(cmd)
+        finally:
+            for b in settled:
+                b.readers[lane] = point
+            for b in writes:  # (one also read: written last, as above; writes are a few regions)
+                if b.readers:
+                    b.readers = {}
         return point
 
     def _place(self, reads: Sequence[Buffer], writes: Sequence[Buffer], lane: Lane | None) -> Lane:
