@@ -327,29 +327,42 @@ class _Plan(KernelPair):
         return self.general(ctx), self.grid, self.tail
 
 
+_AB = (0, 1)
+
+
 def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
     """out = fn(operands) where operands are DeviceArrays (by input index) or Scalars."""
     n = out.size
     if n == 0:
         return
-    # one pass (list comprehensions build tuples faster than generators on this hot path)
-    pattern = tuple([ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands])
-    shapes = tuple([ins[o].shape for o in operands if o.__class__ is int])
-    key = (fn, pattern, shapes, out.shape, out.dtype, lane.ctx)
-    if fn in _COMPARE and int in pattern:
-        # a Python int outside the array's range widens the loop: plan per magnitude class
-        key += tuple(int_class(o.value) for o in operands if o.__class__ is not int and type(o.value) is int)
+    ctx = lane.ctx
+    if operands == _AB:  # two arrays (most binary ops): the same key and arguments, without the loops
+        a, b = ins[0], ins[1]
+        pattern = (a.dtype, b.dtype)
+        key = (fn, pattern, (a.shape, b.shape), out.shape, out.dtype, ctx)
+    else:
+        a = None
+        # one pass (list comprehensions build tuples faster than generators on this hot path)
+        pattern = tuple([ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands])
+        shapes = tuple([ins[o].shape for o in operands if o.__class__ is int])
+        key = (fn, pattern, shapes, out.shape, out.dtype, ctx)
+        if fn in _COMPARE and int in pattern:
+            # a Python int outside the array's range widens the loop: plan per magnitude class
+            key += tuple(int_class(o.value) for o in operands if o.__class__ is not int and type(o.value) is int)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:
             _plans.clear()
-        plan = _plans[key] = _plan(lane.ctx, fn, operands, ins, out, pattern)
-    kern, grid, tail = plan.kernel(lane.ctx, out, ins)
-    args = [out.ptr]
-    for j, conv in plan.steps:
-        o = operands[j]
-        args.append(ins[o].ptr if conv is None else conv(o.value))
-    args.extend(tail)
+        plan = _plans[key] = _plan(ctx, fn, operands, ins, out, pattern)
+    kern, grid, tail = plan.kernel(ctx, out, ins)
+    if a is not None:  # (plan.steps: both arrays, as they come)
+        args = [out.ptr, a.ptr, b.ptr, *tail]
+    else:
+        args = [out.ptr]
+        for j, conv in plan.steps:
+            o = operands[j]
+            args.append(ins[o].ptr if conv is None else conv(o.value))
+        args.extend(tail)
     kern.launch(lane.handle, grid, (256, 1, 1), args)
 
 
