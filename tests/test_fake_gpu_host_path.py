@@ -156,3 +156,76 @@ def test_finished_marks_are_found_with_few_queries():
                 assert len(asked) <= 2, asked
             else:
                 assert len(asked) <= 3 + n.bit_length(), (n, k, asked)
+
+
+_UNROLLED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda.kernels import elementwise, launch
+from laneflow.graph import eval_cache, fusion
+
+fusion.set_enabled(False)
+seen = []
+real = launch.Kernel.launch
+def record(self, stream, grid, block, args, smem=0):
+    seen.append((self.name, grid, tuple(args)))
+    return real(self, stream, grid, block, args, smem)
+launch.Kernel.launch = record
+s = lf.new_stream(lf.gpu, lanes=1)
+rng = np.random.default_rng(5)
+arrays = {}
+for dt in ("float32", "float16", "int32", "int64", "uint8", "bool"):
+    for shape in ((7,), (3, 5), (1, 5)):
+        arrays[dt, shape] = lf.array((rng.standard_normal(shape) * 4).astype(dt), stream=s)
+lf.eval(list(arrays.values()))
+keys = list(arrays)
+scalars = [2, -3, 1.5, True, 2**40, -129, 0.0]
+fns = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a < b,
+       lambda a, b: a == b, lambda a, b: lf.maximum(a, b), lambda a, b: a & b if isinstance(b, (bool, int)) else a + b]
+def program(unrolled, seed):
+    elementwise.UNROLLED = unrolled
+    r = np.random.default_rng(seed)
+    out = []
+    with eval_cache.bypass(), lf.stream(s):
+        for _ in range(300):
+            f = fns[r.integers(len(fns))]
+            a = arrays[keys[r.integers(len(keys))]]
+            if r.random() < 0.5:
+                b = arrays[keys[r.integers(len(keys))]]
+            else:
+                b = scalars[r.integers(len(scalars))]
+            try:
+                y = f(a, b) if r.random() < 0.8 else f(b, a) if not isinstance(b, lf.Array) else f(a, b)
+                lf.eval(y)
+            except Exception as e:
+                out.append(type(e).__name__)
+    return out
+for seed in range(3):
+    del seen[:]
+    errs_u = program(True, seed)
+    u = [(n, g, tuple(x for x in a)) for n, g, a in seen]
+    del seen[:]
+    errs_g = program(False, seed)
+    g = list(seen)
+    assert errs_u == errs_g, (errs_u, errs_g)
+    # an input's pointer by its array, any other (a fresh output's) as "out": the rest must be equal
+    ptrs = {v._data.buffer.data.ptr: k for k, v in arrays.items()}
+    def shape_of(rows):
+        return [(n, gr, tuple(ptrs.get(x, "out") if isinstance(x, int) and x > 2**32 else x for x in a))
+                for n, gr, a in rows]
+    assert len(u) == len(g) > 100, (len(u), len(g))
+    assert shape_of(u) == shape_of(g)
+print("same", len(u))
+"""
+
+
+def test_unrolled_binary_launches_equal_the_general_path(tmp_path):
+    """x + y and x + 1.0 take an unrolled form of elementwise.run: the same kernels, grids and
+    arguments (but the outputs' addresses) as the general loops, over random ops, dtypes and scalars."""
+    p = run_under_fake_driver(_UNROLLED, tmp_path, 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "same" in p.stdout

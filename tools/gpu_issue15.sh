@@ -16,6 +16,8 @@
 #      against step 1's rows taking turns
 #   8. tools/probe_tape.py --maker, B=1: the tape's node maker in C against the Python steps, in one process
 #   9. tools/probe_tape.py --csteps, B=1: the steps in C against Python steps with the C node maker
+#  10. tools/probe_hit_timeline.py, B=1, 1 and 4 lanes: a hit's speculated launch, build, submit and return
+#      on one timeline, and the compiled call's device time (is the hit host- or launch-bound?)
 # Logs go to $OUT (default ./gpu-issue15-out); a short table is printed last. REPEAT (default 40) sets
 # bench gpt2's repeats.
 set -u
@@ -57,6 +59,10 @@ timeout 120 python3 tools/probe_tape.py --batch 1 --rounds 4 --steps 15 --maker 
 echo "probe_tape --maker rc=$?" >>"$OUT/env.txt"
 timeout 120 python3 tools/probe_tape.py --batch 1 --rounds 4 --steps 15 --csteps >"$OUT/probe-tape-csteps.log" 2>&1
 echo "probe_tape --csteps rc=$?" >>"$OUT/env.txt"
+for l in 1 4; do
+  timeout 90 python3 tools/probe_hit_timeline.py --lanes $l --n 400 >>"$OUT/hit-timeline.log" 2>&1
+  echo "probe_hit_timeline lanes=$l rc=$?" >>"$OUT/env.txt"
+done
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.txt)
 
 echo "== env"; cat "$OUT/env.txt"
@@ -72,6 +78,7 @@ echo "== profile_gpt2 split"; grep -h "^split" "$OUT"/profile-gpt2-tape*.log | c
 echo "== uncached chain"; grep -hE "per add" "$OUT/profile-chain.log"
 echo "== bench dispatch"; grep -E "uncached, fusion off|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | head -6
 echo "== chain, C shim A/B"; cat "$OUT/chain-ab.log"
+echo "== hit timeline"; grep -vE "^ *$" "$OUT/hit-timeline.log" | tail -16
 if [ -f "$OUT/bench-gpt2-sequential.log" ]; then
   echo "== bench gpt2 --order sequential"
   grep -E "lf.nn eager |lf.nn compiled  |lf.nn eager, uncached|torch (eager|graph)|jax jit" \
