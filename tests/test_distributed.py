@@ -73,10 +73,17 @@ def test_the_launch_lets_open_mpi_start_as_root_and_leaves_mpich_alone(tmp_path,
     exe.chmod(0o755)
     monkeypatch.setattr(mpi, "mpiexec", lambda: str(exe))
     monkeypatch.setattr(mpi, "_VENDOR", {})
-    head, env = mpi.launch(3)
+    head, _ = mpi.launch(3)
     assert head == [str(exe), "-n", "3"]
-    want = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if root_env else {}
-    assert env == want
+    for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_rmaps_base_oversubscribe",
+              "PRTE_MCA_rmaps_default_mapping_policy"):
+        monkeypatch.delenv(k, raising=False)
+    want = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "true",
+            "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"} if root_env else {}
+    assert mpi.launch(3)[1] == want
+    monkeypatch.setenv("OMPI_MCA_rmaps_base_oversubscribe", "false")  # the caller's own setting stays
+    assert "OMPI_MCA_rmaps_base_oversubscribe" not in mpi.launch(3)[1]
     monkeypatch.setattr(mpi, "mpiexec", lambda: None)
     assert mpi.launch(2) is None
 

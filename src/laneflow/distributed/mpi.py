@@ -12,6 +12,7 @@ worker thread and, for ``init``'s checks and ``barrier``, the host thread.
 from __future__ import annotations
 
 import atexit
+import os
 
 import numpy as np
 
@@ -53,15 +54,23 @@ def launch(n: int) -> tuple[list[str], dict[str, str]] | None:
     environment it needs on top of the caller's, or None when :func:`mpiexec` finds none.
 
     Open MPI's ``mpiexec`` (a system MPI) refuses to start as root, as in a container, unless asked
-    to (its documented ``OMPI_ALLOW_RUN_AS_ROOT`` pair); MPICH's needs nothing. Which one it is comes
-    from ``mpiexec --version``, asked once per process."""
+    to (its documented ``OMPI_ALLOW_RUN_AS_ROOT`` pair), and refuses more ranks than the machine has
+    cores unless oversubscription is allowed (``rmaps_base_oversubscribe`` in Open MPI 4, the default
+    mapping policy ``:oversubscribe`` in 5's PRRTE); MPICH's needs neither. Which one it is comes from
+    ``mpiexec --version``, asked once per process. A variable the caller's environment sets already
+    is left as it is."""
     exe = mpiexec()
     if exe is None:
         return None
     env = {}
     if _is_open_mpi(exe):
-        env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        env = {k: v for k, v in _OPEN_MPI_ENV.items() if k not in os.environ}
     return [exe, "-n", str(n)], env
+
+
+_OPEN_MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                 "OMPI_MCA_rmaps_base_oversubscribe": "true",
+                 "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
 
 
 _VENDOR: dict[str, bool] = {}
