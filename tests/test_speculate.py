@@ -76,6 +76,20 @@ def test_a_repeated_step_launches_at_its_first_op_and_its_eval_takes_the_outputs
         assert _counts() == (made + 1, used + 1, wasted)
 
 
+def test_a_step_reading_an_exported_buffer_is_not_guessed(guessing, rng):
+    """A leaf whose memory another library may hold (exported: a host view, DLPack) can change outside
+    laneflow's ordering, so no launch is made ahead of the evaluation; the step still computes right."""
+    st, x, ws, xn, wn = _warmed(rng, guessing)
+    made = _counts()[0]
+    _run(st, x, ws)
+    assert _counts()[0] == made + 1  # guessed while nothing is exported
+    ws[2]._data.buffer.exported = True  # (as interop/dlpack.py's export marks it)
+    made = _counts()[0]
+    for _ in range(2):
+        np.testing.assert_allclose(_run(st, x, ws), _forward(xn, wn, np), rtol=1e-12, atol=1e-12)
+    assert _counts()[0] == made
+
+
 def test_a_new_input_read_by_the_first_op_is_taken_too(guessing, rng):
     st, x, ws, xn, wn = _warmed(rng, guessing)
     for _ in range(3):

@@ -104,17 +104,16 @@ def _launch(entry, d) -> None:
                 if x.prim is not None or x.shape != was.shape or x.dtype != was.dtype or x.device != was.device:
                     return  # a pending input, or another kind of leaf: not this plan's first node
                 datas[s] = x
-            bufs = [x.buffer for x in datas]
-            for b in bufs:
-                if b.exported:
+            for x in datas:
+                if x.buffer.exported:
                     return
             # The executor's scalar values: a hit with other values (run as commands) left its own in
             # the plan's Scalars, and a launch that captures a graph (a new output set) reads them.
             for obj, v in zip(entry.scalars, gs):
                 obj.value = v
             lease = unit.run(datas, stream)
-            if lease is not None:
-                entry.guess = Guess(unit, lease, datas, bufs, unit.launches)
+            if lease is not None:  # (the buffers after the launch: an evaluated value's never changes)
+                entry.guess = Guess(unit, lease, datas, [x.buffer for x in datas], unit.launches)
                 STATS["speculated"] += 1
     except Exception:  # noqa: BLE001 - optional work: the step launches at its eval as usual
         stop(entry)
