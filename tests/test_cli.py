@@ -70,5 +70,5 @@ def test_gpu_suites_say_they_need_a_gpu_on_the_cpu(tmp_path, suite):
 def test_info_reports_devices_and_settings(tmp_path):
     p = laneflow("info", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    for key in ("laneflow", "default device", "cpu default lanes", "handle policy", "gpu"):
+    for key in ("laneflow", "default device", "cpu default lanes", "handle policy", "mpi launcher", "gpu"):
         assert key in p.stdout

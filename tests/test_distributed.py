@@ -84,8 +84,11 @@ def test_the_launch_lets_open_mpi_start_as_root_and_leaves_mpich_alone(tmp_path,
     assert mpi.launch(3)[1] == want
     monkeypatch.setenv("OMPI_MCA_rmaps_base_oversubscribe", "false")  # the caller's own setting stays
     assert "OMPI_MCA_rmaps_base_oversubscribe" not in mpi.launch(3)[1]
+    assert mpi.describe() == f"{exe} (" + ("Open MPI: may start as root and oversubscribe" if root_env
+                                            else "MPICH or other") + ")"
     monkeypatch.setattr(mpi, "mpiexec", lambda: None)
     assert mpi.launch(2) is None
+    assert mpi.describe().startswith("none (pip install")
 
 
 def test_rendezvous_gives_rank_zeros_bytes_to_every_rank():

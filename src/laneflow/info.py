@@ -25,6 +25,7 @@ def collect() -> dict:
         "cpu BLAS threads under multi-lane streams": os.environ.get("LANEFLOW_CPU_BLAS_THREADS", "1"),
         "handle policy": handle_policy(),
         "tape node maker": _tape_maker(),
+        "mpi launcher": _mpi_launcher(),
     }
     try:
         backend = backend_for(gpu)
@@ -48,6 +49,12 @@ def _tape_maker() -> str:
     if ctape.load() is None:
         return f"Python ({ctape.why_not()})"
     return "C, steps in C" if ctape.steps_on() else "C, steps in Python (LANEFLOW_CSTEPS=0)"
+
+
+def _mpi_launcher() -> str:
+    from .distributed import mpi
+
+    return mpi.describe()
 
 
 def _cshim_why_not() -> str | None:

@@ -73,6 +73,14 @@ _OPEN_MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"
                  "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
 
 
+def describe() -> str:
+    """Which ``mpiexec`` launches ranks here, and whose (``laneflow info``)."""
+    exe = mpiexec()
+    if exe is None:
+        return "none (pip install 'laneflow[distributed]': mpi4py and the mpich wheel)"
+    return f"{exe} ({'Open MPI: may start as root and oversubscribe' if _is_open_mpi(exe) else 'MPICH or other'})"
+
+
 _VENDOR: dict[str, bool] = {}
 
 
