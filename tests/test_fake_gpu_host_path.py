@@ -229,3 +229,72 @@ def test_unrolled_binary_launches_equal_the_general_path(tmp_path):
     p = run_under_fake_driver(_UNROLLED, tmp_path, 300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "same" in p.stdout
+
+
+_REDUCE_REUSE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda.kernels import launch, reduce
+from laneflow.graph import eval_cache, fusion
+
+fusion.set_enabled(False)
+seen = []
+real = launch.Kernel.launch
+def record(self, stream, grid, block, args, smem=0):
+    seen.append((self.name, grid, block, tuple(args)))
+    return real(self, stream, grid, block, args, smem)
+launch.Kernel.launch = record
+s = lf.new_stream(lf.gpu, lanes=1)
+rng = np.random.default_rng(7)
+arrays = {}
+for dt in ("float32", "float16", "int32", "bool"):
+    for shape in ((7,), (3, 5), (4, 1, 6), (1, 40000), (300, 70)):
+        arrays[dt, shape] = lf.array((rng.standard_normal(shape) * 4).astype(dt), stream=s)
+lf.eval(list(arrays.values()))
+keys = list(arrays)
+ops = [lf.sum, lf.max, lf.min, lf.prod, lf.mean, lf.any, lf.all, lf.var, lf.std]
+def program(reuse, seed):
+    reduce.REUSE = reuse
+    r = np.random.default_rng(seed)
+    out = []
+    with eval_cache.bypass(), lf.stream(s):
+        for _ in range(200):
+            f = ops[r.integers(len(ops))]
+            a = arrays[keys[r.integers(len(keys))]]
+            nd = len(a.shape)
+            axis = None if r.random() < 0.3 else tuple(sorted(set(int(k) for k in r.integers(0, nd, r.integers(1, nd + 1)))))
+            try:
+                lf.eval(f(a, axis=axis, keepdims=bool(r.random() < 0.5)))
+                out.append("ok")
+            except Exception as e:
+                out.append(type(e).__name__)
+    return out
+ptrs = {v._data.buffer.data.ptr: k for k, v in arrays.items()}
+def shape_of(rows):
+    return [(n, g, b, tuple(ptrs.get(x, "mem") if isinstance(x, int) and x > 2**32 else x for x in a))
+            for n, g, b, a in rows]
+for seed in range(3):
+    del seen[:]
+    a = program(True, seed)
+    u = shape_of(seen)
+    del seen[:]
+    b = program(False, seed)
+    g = shape_of(seen)
+    assert a == b, (a, b)
+    assert len(u) == len(g) > 150, (len(u), len(g))
+    assert u == g
+print("same", len(u), len(reduce._launches))
+"""
+
+
+def test_reused_reduction_launches_equal_planned_ones(tmp_path):
+    """A one-pass reduction's launch is kept per (op, shape, axes, dtypes) and reused by the next
+    command of that key: the same kernels, grids, blocks and arguments (but the outputs' addresses) as
+    planning each launch, over random reductions, including split ones and var / std."""
+    p = run_under_fake_driver(_REDUCE_REUSE, tmp_path, 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "same" in p.stdout

@@ -160,7 +160,10 @@ def _build(op: str, fold: str, inner: bool, in_dt, acc_dt, out_dt, nk: int, nr: 
 
 
 def _reduce_once(lane, op: str, fold: str, in_ptr: int, in_dt, out_ptr: int, out_dt, plan: ReducePlan,
-                 aux: int = 0, count: int = 0, dcount: float = 0.0) -> None:
+                 aux: int = 0, count: int = 0, dcount: float = 0.0) -> tuple | None:
+    """One reduction (two launches when it splits the reduced elements over blocks). Returns the launch
+    as (kernel, grid, block, the arguments after the three pointers) when it was one launch with no
+    partials: the same inputs' next launch may reuse it (``reduce``)."""
     ctx = lane.ctx
     acc_dt = _acc_dtype(fold if fold in ("max", "min", "any", "all") else op, in_dt, out_dt)
     if op in ("meanpass",):
@@ -187,9 +190,11 @@ def _reduce_once(lane, op: str, fold: str, in_ptr: int, in_dt, out_ptr: int, out
         part = mem.raw_alloc(nout * splits * acc_size(acc_dt), lane.stream, op)
     spec = ("red", op, fold, plan.inner, in_dt, acc_dt, out_dt, nk, nr, splits > 1, False)
     kern = ctx.modules.get(spec, lambda: _build(op, fold, plan.inner, in_dt, acc_dt, out_dt, nk, nr, splits > 1, False))
-    kern.launch(lane.handle, (max(1, grid_x), splits, 1), (threads, 1, 1),
-                (out_ptr, in_ptr, aux, part, plan.kshape, plan.kstride, plan.rshape, plan.rstride, nout, R, rchunk,
-                 count, dcount))
+    grid, block = (max(1, grid_x), splits, 1), (threads, 1, 1)
+    tail = (part, plan.kshape, plan.kstride, plan.rshape, plan.rstride, nout, R, rchunk, count, dcount)
+    kern.launch(lane.handle, grid, block, (out_ptr, in_ptr, aux, *tail))
+    if splits == 1:
+        return kern, grid, block, tail
     if splits > 1:
         if plan.inner:
             cplan = _flat_plan(nout, splits, (splits, 1))
@@ -201,6 +206,7 @@ def _reduce_once(lane, op: str, fold: str, in_ptr: int, in_dt, out_ptr: int, out
                     (out_ptr, part, aux, 0, cplan.kshape, cplan.kstride, cplan.rshape, cplan.rstride, nout, splits,
                      splits, count, dcount))
         mem.raw_free(part, lane.stream)
+    return None
 
 
 class _flat_plan:
@@ -212,11 +218,24 @@ class _flat_plan:
         self.nout, self.R, self.inner = nout, splits, False
 
 
+#: (op, input shape, axes, dtypes, context) -> the launch of a one-pass reduction (``_reduce_once``):
+#: an uncached command skips the plan, the launch shape and the kernel lookup (issue 15)
+_launches: dict = {}
+#: False: every reduction plans its launch again (tests compare the two)
+REUSE = True
+
+
 def reduce(lane, prim, ins, outs) -> None:
     x, out = ins[0], outs[0]
     if out.size == 0:
         return
     op = prim.name
+    key = (op, x.shape, prim.axes, x.dtype, out.dtype, lane.ctx)
+    hit = _launches.get(key) if REUSE else None
+    if hit is not None:
+        kern, grid, block, tail = hit
+        kern.launch(lane.handle, grid, block, (out.ptr, x.ptr, 0, *tail))
+        return
     plan = ReducePlan(x.shape, prim.axes)
     count = plan.R
     if op in ("var", "std"):
@@ -229,7 +248,11 @@ def reduce(lane, prim, ins, outs) -> None:
         mem.raw_free(mean, lane.stream)
         return
     fold = "sum" if op == "mean" else op
-    _reduce_once(lane, op, fold, x.ptr, x.dtype, out.ptr, out.dtype, plan, count=count)
+    launch = _reduce_once(lane, op, fold, x.ptr, x.dtype, out.ptr, out.dtype, plan, count=count)
+    if launch is not None:
+        if len(_launches) > 4096:
+            _launches.clear()
+        _launches[key] = launch
 
 
 # -- argmax / argmin -------------------------------------------------------------------------------
