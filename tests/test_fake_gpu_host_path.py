@@ -158,68 +158,79 @@ def test_finished_marks_are_found_with_few_queries():
                 assert len(asked) <= 3 + n.bit_length(), (n, k, asked)
 
 
-_UNROLLED = r"""
+# Launches recorded on the fake driver (kernel, grid, block, arguments), for the differential tests below:
+# ``same_launches`` runs ``program(on, seed)`` with a mechanism on, then off, and wants the same outcomes
+# and launches (an input's pointer named by its array, any other, a fresh output's, as "mem").
+_RECORDING = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
 import fake_cuda
 fake_cuda.install()
 import numpy as np
 import laneflow as lf
-from laneflow.backends.cuda.kernels import elementwise, launch
+from laneflow.backends.cuda.kernels import elementwise, launch, reduce
 from laneflow.graph import eval_cache, fusion
 
 fusion.set_enabled(False)
 seen = []
 real = launch.Kernel.launch
 def record(self, stream, grid, block, args, smem=0):
-    seen.append((self.name, grid, tuple(args)))
+    seen.append((self.name, grid, block, tuple(args)))
     return real(self, stream, grid, block, args, smem)
 launch.Kernel.launch = record
 s = lf.new_stream(lf.gpu, lanes=1)
-rng = np.random.default_rng(5)
-arrays = {}
-for dt in ("float32", "float16", "int32", "int64", "uint8", "bool"):
-    for shape in ((7,), (3, 5), (1, 5)):
-        arrays[dt, shape] = lf.array((rng.standard_normal(shape) * 4).astype(dt), stream=s)
-lf.eval(list(arrays.values()))
-keys = list(arrays)
+
+def inputs(dts, shapes, seed):
+    rng = np.random.default_rng(seed)
+    arrays = {(dt, shape): lf.array((rng.standard_normal(shape) * 4).astype(dt), stream=s)
+              for dt in dts for shape in shapes}
+    lf.eval(list(arrays.values()))
+    return arrays
+
+def attempt(out, thunk):
+    try:
+        lf.eval(thunk())
+        out.append("ok")
+    except Exception as e:
+        out.append(type(e).__name__)
+
+def same_launches(arrays, switch, step, n, least):
+    def program(on, seed):
+        switch(on)
+        r = np.random.default_rng(seed)
+        out = []
+        with eval_cache.bypass(), lf.stream(s):
+            for _ in range(n):
+                step(r, list(arrays.values()), out)
+        return out
+    ptrs = {v._data.buffer.data.ptr: k for k, v in arrays.items()}
+    def named(rows):
+        return [(n, g, b, tuple(ptrs.get(x, "mem") if isinstance(x, int) and x > 2**32 else x for x in a))
+                for n, g, b, a in rows]
+    for seed in range(3):
+        del seen[:]
+        a = program(True, seed)
+        on = named(seen)
+        del seen[:]
+        b = program(False, seed)
+        off = named(seen)
+        assert a == b, (a, b)
+        assert len(on) == len(off) > least, (len(on), len(off))
+        assert on == off
+    print("same", len(on))
+"""
+
+_UNROLLED = _RECORDING + r"""
+arrays = inputs(("float32", "float16", "int32", "int64", "uint8", "bool"), ((7,), (3, 5), (1, 5)), 5)
 scalars = [2, -3, 1.5, True, 2**40, -129, 0.0]
 fns = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a < b,
        lambda a, b: a == b, lambda a, b: lf.maximum(a, b), lambda a, b: a & b if isinstance(b, (bool, int)) else a + b]
-def program(unrolled, seed):
-    elementwise.UNROLLED = unrolled
-    r = np.random.default_rng(seed)
-    out = []
-    with eval_cache.bypass(), lf.stream(s):
-        for _ in range(300):
-            f = fns[r.integers(len(fns))]
-            a = arrays[keys[r.integers(len(keys))]]
-            if r.random() < 0.5:
-                b = arrays[keys[r.integers(len(keys))]]
-            else:
-                b = scalars[r.integers(len(scalars))]
-            try:
-                y = f(a, b) if r.random() < 0.8 else f(b, a) if not isinstance(b, lf.Array) else f(a, b)
-                lf.eval(y)
-            except Exception as e:
-                out.append(type(e).__name__)
-    return out
-for seed in range(3):
-    del seen[:]
-    errs_u = program(True, seed)
-    u = [(n, g, tuple(x for x in a)) for n, g, a in seen]
-    del seen[:]
-    errs_g = program(False, seed)
-    g = list(seen)
-    assert errs_u == errs_g, (errs_u, errs_g)
-    # an input's pointer by its array, any other (a fresh output's) as "out": the rest must be equal
-    ptrs = {v._data.buffer.data.ptr: k for k, v in arrays.items()}
-    def shape_of(rows):
-        return [(n, gr, tuple(ptrs.get(x, "out") if isinstance(x, int) and x > 2**32 else x for x in a))
-                for n, gr, a in rows]
-    assert len(u) == len(g) > 100, (len(u), len(g))
-    assert shape_of(u) == shape_of(g)
-print("same", len(u))
+def step(r, xs, out):
+    f, a = fns[r.integers(len(fns))], xs[r.integers(len(xs))]
+    b = xs[r.integers(len(xs))] if r.random() < 0.5 else scalars[r.integers(len(scalars))]
+    swap = r.random() >= 0.8 and not isinstance(b, lf.Array)
+    attempt(out, lambda: f(b, a) if swap else f(a, b))
+same_launches(arrays, lambda on: setattr(elementwise, "UNROLLED", on), step, 300, 100)
 """
 
 
@@ -231,63 +242,16 @@ def test_unrolled_binary_launches_equal_the_general_path(tmp_path):
     assert "same" in p.stdout
 
 
-_REDUCE_REUSE = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-import fake_cuda
-fake_cuda.install()
-import numpy as np
-import laneflow as lf
-from laneflow.backends.cuda.kernels import launch, reduce
-from laneflow.graph import eval_cache, fusion
-
-fusion.set_enabled(False)
-seen = []
-real = launch.Kernel.launch
-def record(self, stream, grid, block, args, smem=0):
-    seen.append((self.name, grid, block, tuple(args)))
-    return real(self, stream, grid, block, args, smem)
-launch.Kernel.launch = record
-s = lf.new_stream(lf.gpu, lanes=1)
-rng = np.random.default_rng(7)
-arrays = {}
-for dt in ("float32", "float16", "int32", "bool"):
-    for shape in ((7,), (3, 5), (4, 1, 6), (1, 40000), (300, 70)):
-        arrays[dt, shape] = lf.array((rng.standard_normal(shape) * 4).astype(dt), stream=s)
-lf.eval(list(arrays.values()))
-keys = list(arrays)
+_REDUCE_REUSE = _RECORDING + r"""
+arrays = inputs(("float32", "float16", "int32", "bool"), ((7,), (3, 5), (4, 1, 6), (1, 40000), (300, 70)), 7)
 ops = [lf.sum, lf.max, lf.min, lf.prod, lf.mean, lf.any, lf.all, lf.var, lf.std]
-def program(reuse, seed):
-    reduce.REUSE = reuse
-    r = np.random.default_rng(seed)
-    out = []
-    with eval_cache.bypass(), lf.stream(s):
-        for _ in range(200):
-            f = ops[r.integers(len(ops))]
-            a = arrays[keys[r.integers(len(keys))]]
-            nd = len(a.shape)
-            axis = None if r.random() < 0.3 else tuple(sorted(set(int(k) for k in r.integers(0, nd, r.integers(1, nd + 1)))))
-            try:
-                lf.eval(f(a, axis=axis, keepdims=bool(r.random() < 0.5)))
-                out.append("ok")
-            except Exception as e:
-                out.append(type(e).__name__)
-    return out
-ptrs = {v._data.buffer.data.ptr: k for k, v in arrays.items()}
-def shape_of(rows):
-    return [(n, g, b, tuple(ptrs.get(x, "mem") if isinstance(x, int) and x > 2**32 else x for x in a))
-            for n, g, b, a in rows]
-for seed in range(3):
-    del seen[:]
-    a = program(True, seed)
-    u = shape_of(seen)
-    del seen[:]
-    b = program(False, seed)
-    g = shape_of(seen)
-    assert a == b, (a, b)
-    assert len(u) == len(g) > 150, (len(u), len(g))
-    assert u == g
-print("same", len(u), len(reduce._launches))
+def step(r, xs, out):
+    f, a = ops[r.integers(len(ops))], xs[r.integers(len(xs))]
+    nd = len(a.shape)
+    axis = None if r.random() < 0.3 else tuple(sorted(set(int(k) for k in r.integers(0, nd, r.integers(1, nd + 1)))))
+    keep = bool(r.random() < 0.5)
+    attempt(out, lambda: f(a, axis=axis, keepdims=keep))
+same_launches(arrays, lambda on: setattr(reduce, "REUSE", on), step, 200, 150)
 """
 
 
