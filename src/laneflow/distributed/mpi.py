@@ -93,7 +93,7 @@ def _is_open_mpi(exe: str) -> bool:
             text = out.stdout + out.stderr
         except (OSError, subprocess.SubprocessError):
             text = ""
-        found = _VENDOR[exe] = "Open MPI" in text or "OpenRTE" in text or "Open RTE" in text
+        found = _VENDOR[exe] = "Open MPI" in text or "OpenRTE" in text  # (4.x says "mpiexec (OpenRTE)")
     return found
 
 

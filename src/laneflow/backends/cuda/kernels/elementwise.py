@@ -20,7 +20,7 @@ from ....ops.table import ELEMENTWISE
 from . import cdefs as C
 from .expressions import COMPARISONS, EXPRESSIONS, HALF
 from .launch import grid_1d
-from .plan import MAXD, contiguous_strides, operand_layout
+from .plan import MAXD, contiguous_strides, keep, operand_layout
 
 _UFUNC = {row.name: getattr(np, row.numpy) for row in ELEMENTWISE.values() if row.numpy}
 _COMPARE = COMPARISONS
@@ -327,7 +327,6 @@ class _Plan(KernelPair):
         return self.general(ctx), self.grid, self.tail
 
 
-_AB = (0, 1)
 #: False: every launch takes the general loops (tests compare the two)
 UNROLLED = True
 
@@ -338,22 +337,20 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
     if n == 0:
         return
     ctx = lane.ctx
-    # The two commonest forms, x + y and x + 1.0, make the same key and arguments as the general
-    # loops below, unrolled (about 0.6 us of an uncached add's host time on the CPU VM).
-    two = 0
-    if not UNROLLED:
-        pass
-    elif operands == _AB:
-        a, b = ins[0], ins[1]
-        pattern = (a.dtype, b.dtype)
-        key = (fn, pattern, (a.shape, b.shape), out.shape, out.dtype, ctx)
-        two = 2
-    elif len(operands) == 2 and operands[0] == 0 and operands[1].__class__ is not int and fn not in _COMPARE:
-        a, value = ins[0], operands[1].value
-        pattern = (a.dtype, _py_type(value))
-        key = (fn, pattern, (a.shape,), out.shape, out.dtype, ctx)
-        two = 1
-    if not two:
+    # An array and an array or a scalar (x + y, x + 1.0: most commands) make the general loops' key
+    # and arguments, unrolled (about 0.6 us of an uncached add's host time on the CPU VM).
+    form = None
+    if UNROLLED and len(operands) == 2 and operands[0] == 0:
+        a, o = ins[0], operands[1]
+        if o.__class__ is int:  # (an index: (0, 1), or (0, 0) for x + x)
+            form = b = ins[o]
+            pattern = (a.dtype, b.dtype)
+            key = (fn, pattern, (a.shape, b.shape), out.shape, out.dtype, ctx)
+        elif fn not in _COMPARE:  # (comparisons with an int key its magnitude too: below)
+            form, b = o, None
+            pattern = (a.dtype, _py_type(o.value))
+            key = (fn, pattern, (a.shape,), out.shape, out.dtype, ctx)
+    if form is None:
         # one pass (list comprehensions build tuples faster than generators on this hot path)
         pattern = tuple([ins[o].dtype if o.__class__ is int else _py_type(o.value) for o in operands])
         shapes = tuple([ins[o].shape for o in operands if o.__class__ is int])
@@ -363,14 +360,10 @@ def run(lane, fn: str, operands: tuple, ins: list, out) -> None:
             key += tuple(int_class(o.value) for o in operands if o.__class__ is not int and type(o.value) is int)
     plan = _plans.get(key)
     if plan is None:
-        if len(_plans) > 4096:
-            _plans.clear()
-        plan = _plans[key] = _plan(ctx, fn, operands, ins, out, pattern)
+        plan = keep(_plans, key, _plan(ctx, fn, operands, ins, out, pattern))
     kern, grid, tail = plan.kernel(ctx, out, ins)
-    if two == 2:
-        args = [out.ptr, a.ptr, b.ptr, *tail]
-    elif two == 1:
-        args = [out.ptr, a.ptr, plan.steps[1][1](value), *tail]
+    if form is not None:  # (plan.steps: the array, then the array or the scalar's converter)
+        args = [out.ptr, a.ptr, b.ptr if b is not None else plan.steps[1][1](form.value), *tail]
     else:
         args = [out.ptr]
         for j, conv in plan.steps:

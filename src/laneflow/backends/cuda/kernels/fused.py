@@ -21,7 +21,7 @@ from .elementwise import (_COMPARE, VEC, KernelPair, _converter, _py_type, _resu
                           vector_grid, vector_kinds, vector_loop)
 from . import elementwise as _ew
 from .launch import grid_1d
-from .plan import operand_layout
+from .plan import keep, operand_layout
 
 _plans: dict = {}
 
@@ -141,18 +141,16 @@ def fused(lane, prim, ins, outs) -> None:
         _stepwise(lane, steps, ins, out)
         return
     if plan is False:
-        if len(_plans) > 4096:
-            _plans.clear()
         loops = _loops(steps, in_dts)
         geo = _geometry(ins, out)
         n_scalars = sum(1 for _, ops, _ in steps for o in ops if o.__class__ is not int)
         if geo is None or 8 * (len(ins) + n_scalars + 2) + 64 * len(geo[2]) > _PARAM_LIMIT:
-            plan = _plans[key] = None  # one kernel per step instead
+            plan = keep(_plans, key, None)  # one kernel per step instead
             _stepwise(lane, steps, ins, out)
             return
         kinds, nd, tail, vk, cols = geo
-        plan = _plans[key] = _FusedPlan(("fused", shape_of, in_dts, kinds, nd, out.dtype, wide),
-                                        lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd))
+        plan = keep(_plans, key, _FusedPlan(("fused", shape_of, in_dts, kinds, nd, out.dtype, wide),
+                                            lambda: _build(steps, loops, in_dts, out.dtype, wide, kinds, nd)))
         plan.convs = tuple(_converter(loop[q]) for (_, ops, _), (loop, _) in zip(steps, loops)
                            for q, o in enumerate(ops) if o.__class__ is not int)
         plan.tail = tail

@@ -64,6 +64,20 @@ def basic_view(shape: tuple, entries: tuple) -> tuple[tuple, tuple, int]:
     return basic_index_view(shape, contiguous_strides(shape), 0, entries)
 
 
+#: entries a per-key plan cache of the kernel modules holds before it starts over (a program making
+#: ever-new shapes must not grow it without bound)
+MAX_PLANS = 4096
+
+
+def keep(cache: dict, key, plan):
+    """``cache[key] = plan``, the cache emptied first when it is full; returns ``plan``. The kernel
+    modules' plans per launch key (elementwise, fused, row-fused, reductions) are kept so."""
+    if len(cache) > MAX_PLANS:
+        cache.clear()
+    cache[key] = plan
+    return plan
+
+
 class ReducePlan:
     """Input dims split into kept and reduced groups (size-1 dims dropped, neighbours merged).
 

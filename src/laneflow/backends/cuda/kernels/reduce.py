@@ -21,7 +21,7 @@ from ....ops.table import REDUCTIONS
 from . import cdefs as C
 from .expressions import EXPRESSIONS
 from .launch import grid_1d
-from .plan import ReducePlan, offset_code
+from .plan import ReducePlan, keep, offset_code
 
 _ACC_C = {"bool": "int", "int8": "int", "uint8": "unsigned", "int16": "int", "uint16": "unsigned", "int32": "int",
           "uint32": "unsigned", "int64": "long long", "uint64": "unsigned long long", "float16": "float",
@@ -195,17 +195,16 @@ def _reduce_once(lane, op: str, fold: str, in_ptr: int, in_dt, out_ptr: int, out
     kern.launch(lane.handle, grid, block, (out_ptr, in_ptr, aux, *tail))
     if splits == 1:
         return kern, grid, block, tail
-    if splits > 1:
-        if plan.inner:
-            cplan = _flat_plan(nout, splits, (splits, 1))
-        else:
-            cplan = _flat_plan(nout, splits, (1, nout))
-        spec = ("red", op, fold, False, acc_dt, acc_dt, out_dt, 1, 1, False, True)
-        kern = ctx.modules.get(spec, lambda: _build(op, fold, False, acc_dt, acc_dt, out_dt, 1, 1, False, True))
-        kern.launch(lane.handle, (int(min(-(-nout // 256), sms * 16)), 1, 1), (256, 1, 1),
-                    (out_ptr, part, aux, 0, cplan.kshape, cplan.kstride, cplan.rshape, cplan.rstride, nout, splits,
-                     splits, count, dcount))
-        mem.raw_free(part, lane.stream)
+    if plan.inner:
+        cplan = _flat_plan(nout, splits, (splits, 1))
+    else:
+        cplan = _flat_plan(nout, splits, (1, nout))
+    spec = ("red", op, fold, False, acc_dt, acc_dt, out_dt, 1, 1, False, True)
+    kern = ctx.modules.get(spec, lambda: _build(op, fold, False, acc_dt, acc_dt, out_dt, 1, 1, False, True))
+    kern.launch(lane.handle, (int(min(-(-nout // 256), sms * 16)), 1, 1), (256, 1, 1),
+                (out_ptr, part, aux, 0, cplan.kshape, cplan.kstride, cplan.rshape, cplan.rstride, nout, splits,
+                 splits, count, dcount))
+    mem.raw_free(part, lane.stream)
     return None
 
 
@@ -250,9 +249,7 @@ def reduce(lane, prim, ins, outs) -> None:
     fold = "sum" if op == "mean" else op
     launch = _reduce_once(lane, op, fold, x.ptr, x.dtype, out.ptr, out.dtype, plan, count=count)
     if launch is not None:
-        if len(_launches) > 4096:
-            _launches.clear()
-        _launches[key] = launch
+        keep(_launches, key, launch)
 
 
 # -- argmax / argmin -------------------------------------------------------------------------------

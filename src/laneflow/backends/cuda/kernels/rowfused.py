@@ -25,7 +25,7 @@ from ....shapes import contiguous_strides
 from . import cdefs as C
 from .elementwise import _COMPARE, _converter, _py_type, _result_dtype, _widen_for_big_scalars, expr, loop_dtypes
 from .fused import _scalar_key
-from .plan import broadcast_strides, collapse, offset_code
+from .plan import broadcast_strides, collapse, keep, offset_code
 from .reduce import _acc_dtype, _combine, _epilogue, _ident, _transform, acc_c
 
 _plans: dict = {}
@@ -308,9 +308,7 @@ def rowfused(lane, prim, ins, outs) -> None:
     key = (_shape_of(steps), tuple(a.dtype for a in ins), tuple(a.shape for a in ins), full, out.dtype, lane.ctx)
     plan = _plans.get(key)
     if plan is None:
-        if len(_plans) > 4096:
-            _plans.clear()
-        plan = _plans[key] = _plan(lane.ctx, steps, ins, full, out.dtype)
+        plan = keep(_plans, key, _plan(lane.ctx, steps, ins, full, out.dtype))
     kern, convs, tail = plan
     args = [out.ptr]
     args.extend(a.ptr for a in ins)
