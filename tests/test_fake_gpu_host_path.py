@@ -172,13 +172,35 @@ from laneflow.backends.cuda.kernels import elementwise, launch, reduce
 from laneflow.graph import eval_cache, fusion
 
 fusion.set_enabled(False)
+# every launch as the driver gets it: the kernel, grid, block, and its parameter block decoded by the
+# kernel's layout (whichever path packed it: Kernel.launch, or the C launch of celementwise.c)
+import struct
+from laneflow.backends.cuda import driver, fastcall
 seen = []
-real = launch.Kernel.launch
-def record(self, stream, grid, block, args, smem=0):
-    seen.append((self.name, grid, block, tuple(args)))
-    return real(self, stream, grid, block, args, smem)
-launch.Kernel.launch = record
+kernels = {}
+real_init = launch.Kernel.__init__
+def init(self, *a, **k):
+    real_init(self, *a, **k)
+    kernels[self._argv_addr] = self
+launch.Kernel.__init__ = init
+calls = fastcall.calls(driver.cu)
+real = calls.launch
+def record(f, gx, gy, gz, bx, by, bz, smem, stream, argv):
+    k = kernels[argv]
+    args = struct.unpack_from(launch._layout(k.params)[0], k._block)
+    seen.append((k.name, (gx, gy, gz), (bx, by, bz), tuple(a.hex() if isinstance(a, float) else a for a in args)))
+    return real(f, gx, gy, gz, bx, by, bz, smem, stream, argv)
+calls.launch = record
 s = lf.new_stream(lf.gpu, lanes=1)
+from laneflow.backends.cuda import dispatch
+from laneflow.backends.cuda.kernels import celementwise
+from laneflow.graph import csubmit, schedule
+assert csubmit.submitter() is not None and celementwise.load() is not None, (csubmit.why_not(), celementwise.why_not())
+
+def c_paths(on):
+    # the C submit path and the C elementwise launch on, or every command through Python
+    schedule.C_SUBMIT = on
+    dispatch.KERNELS["elementwise"] = celementwise.kernel() if on else elementwise.elementwise
 
 def inputs(dts, shapes, seed):
     rng = np.random.default_rng(seed)
@@ -205,8 +227,14 @@ def same_launches(arrays, switch, step, n, least):
         return out
     ptrs = {v._data.buffer.data.ptr: k for k, v in arrays.items()}
     def named(rows):
-        return [(n, g, b, tuple(ptrs.get(x, "mem") if isinstance(x, int) and x > 2**32 else x for x in a))
-                for n, g, b, a in rows]
+        # an input array's pointer by its name, any other as "mem" with the other arguments of the launch
+        # it equals (an output written in place, into its input's memory, is not one written into new
+        # memory; which new memory depends on the pool's state, which differs from run to run)
+        def name(x, a):
+            if isinstance(x, int) and x > 2**32:
+                return ptrs.get(x) or ("mem", tuple(j for j, y in enumerate(a) if y == x))
+            return x
+        return [(n, g, b, tuple(name(x, a) for x in a)) for n, g, b, a in rows]
     for seed in range(3):
         del seen[:]
         a = program(True, seed)
@@ -230,6 +258,7 @@ def step(r, xs, out):
     b = xs[r.integers(len(xs))] if r.random() < 0.5 else scalars[r.integers(len(scalars))]
     swap = r.random() >= 0.8 and not isinstance(b, lf.Array)
     attempt(out, lambda: f(b, a) if swap else f(a, b))
+c_paths(False)  # (the Python kernel's two forms)
 same_launches(arrays, lambda on: setattr(elementwise, "UNROLLED", on), step, 300, 100)
 """
 
@@ -253,6 +282,53 @@ def step(r, xs, out):
     attempt(out, lambda: f(a, axis=axis, keepdims=keep))
 same_launches(arrays, lambda on: setattr(reduce, "REUSE", on), step, 200, 150)
 """
+
+
+_C_PATHS = _RECORDING + r"""
+arrays = inputs(("float32", "float16", "int32", "bool"), ((7,), (3, 5), (1, 5), (5, 5)), 9)
+scalars = [2, -3, 1.5, True, 0.0, 1e39, float("nan"), 2**40]
+fns = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a < b,
+       lambda a, b: lf.maximum(a, b), lambda a, b: a ** b, lambda a, b: a / b]
+def step(r, xs, out):
+    # a few ops on values made by earlier ones (in-place writes where nothing else sees them), some
+    # arrays kept (no donation), reductions, matmuls and views between them, evaluated together
+    k = int(r.integers(1, 6))
+    vals = [xs[r.integers(len(xs))] for _ in range(2)]
+    def thunk():
+        made = []
+        v = vals[0]
+        for _ in range(k):
+            f = fns[r.integers(len(fns))]
+            b = vals[r.integers(len(vals))] if r.random() < 0.5 else scalars[r.integers(len(scalars))]
+            v = f(b, v) if r.random() < 0.2 else f(v, b)
+            c = r.random()
+            if c < 0.15:
+                v = lf.sum(v, axis=-1, keepdims=True)
+            elif c < 0.25 and v.shape[-1] == 5 and v.ndim == 2:
+                v = v.T
+            elif c < 0.3 and v.shape == (5, 5):
+                v = v @ v
+            if r.random() < 0.3:
+                made.append(v)  # still seen: not written in place
+        return [v, *made]
+    attempt(out, thunk)  # (the fake driver computes nothing: values are compared on GPUs, by the fuzzer)
+    out.append(repr(lf.stats()))  # the encoder's counters: hazards, waits, commands per lane
+def switch(on):
+    c_paths(on)
+    lf.reset_stats()
+same_launches(arrays, switch, step, 150, 100)
+print("stats", lf.stats())
+"""
+
+
+def test_c_paths_launch_what_python_launches(tmp_path):
+    """The C submit path (graph/csubmit.c) and the C elementwise launch (celementwise.c) launch the same
+    kernels, grids, blocks and arguments (but the outputs' addresses), with the same encoder counters,
+    as the Python path, over random chains of elementwise ops (scalars of every kind, integer powers, values
+    still seen by the program, in-place writes), reductions, transposes and matmuls."""
+    p = run_under_fake_driver(_C_PATHS, tmp_path, 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "same" in p.stdout
 
 
 def test_reused_reduction_launches_equal_planned_ones(tmp_path):

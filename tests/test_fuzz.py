@@ -422,6 +422,30 @@ def test_random_programs_match_numpy_on_one_lane_and_many(device, prog):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(prog=program)
+def test_random_programs_give_the_same_values_through_the_c_and_python_submit_paths(device, prog):
+    """One lane, no plan cache (every command submitted one by one): through the C submit path
+    (graph/csubmit.c, and on a GPU the C elementwise launch) and through Python, bit for bit, and both
+    equal numpy."""
+    from laneflow.graph import csubmit, schedule
+
+    if csubmit.submitter() is None:
+        pytest.skip(f"the C submit path is not built here: {csubmit.why_not()}")
+    ((c, ref),) = run_laneflow(prog, device, [1], delays=False, cache=False, fuse=device.type == "cpu")
+    assert schedule.C_SUBMIT
+    schedule.C_SUBMIT = False
+    try:
+        ((py, _),) = run_laneflow(prog, device, [1], delays=False, cache=False, fuse=device.type == "cpu")
+    finally:
+        schedule.C_SUBMIT = True
+    for k, (a, b, r) in enumerate(zip(c, py, ref)):
+        np.testing.assert_array_equal(a, b, err_msg=f"value {k}: the C submit path differs from Python's")
+        _agree(a, r, device, k, "numpy (one lane, the C submit path)")
+
+
+@settings(max_examples=max(20, PROGRAMS // 10), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.data_too_large])
+@given(prog=program)
 def test_random_programs_with_speculative_launches(device, prog):
     """Seven repetitions on the drawn streams, with delays: the third to fifth from the same input values
     (a hit from the third on, a trigger learnt at the fourth, whose guess the fifth may take), the

@@ -25,6 +25,7 @@ def collect() -> dict:
         "cpu BLAS threads under multi-lane streams": os.environ.get("LANEFLOW_CPU_BLAS_THREADS", "1"),
         "handle policy": handle_policy(),
         "tape node maker": _tape_maker(),
+        "command submission": _submit_path(),
         "mpi launcher": _mpi_launcher(),
     }
     try:
@@ -35,6 +36,7 @@ def collect() -> dict:
         out["kernel cache"] = os.environ.get("LANEFLOW_KERNEL_CACHE", "per-user default (see docs/cuda-notes.md)")
         why = _cshim_why_not()
         out["driver calls"] = ctx.calls.via + (f" ({why})" if why and ctx.calls.via != "C shim" else "")
+        out["elementwise launch"] = _ew_launch()
         out["tf32 for float32 matmul"] = os.environ.get("LANEFLOW_ALLOW_TF32", "") == "1"
     except Exception as e:  # noqa: BLE001 - the reason is the information
         out["gpu"] = f"not usable: {str(e).splitlines()[0][:160]}"
@@ -49,6 +51,20 @@ def _tape_maker() -> str:
     if ctape.load() is None:
         return f"Python ({ctape.why_not()})"
     return "C, steps in C" if ctape.steps_on() else "C, steps in Python (LANEFLOW_CSTEPS=0)"
+
+
+def _submit_path() -> str:
+    """Whether an uncached command is submitted through the C path (``graph/csubmit.py``)."""
+    from .graph import csubmit
+
+    return "C" if csubmit.load() is not None else f"Python ({csubmit.why_not()})"
+
+
+def _ew_launch() -> str:
+    """Whether the GPU's elementwise kernel launches from C (``kernels/celementwise.py``)."""
+    from .backends.cuda.kernels import celementwise
+
+    return "C" if celementwise.load() is not None else f"Python ({celementwise.why_not()})"
 
 
 def _mpi_launcher() -> str:

@@ -27,6 +27,10 @@ from types import ModuleType
 from typing import Any, Callable, Sequence
 
 
+#: The header the extensions share (``#include "../native.h"``): part of every cache key.
+HEADER = Path(__file__).with_name("native.h")
+
+
 class NotBuilt(Exception):
     """The extension cannot be built here (its message says why)."""
 
@@ -72,6 +76,7 @@ def cc() -> str:
 def key(prefix: str, source: bytes) -> str:
     """A cache entry's name: ``prefix``, then a hash of the source, the Python and the compiler command."""
     h = hashlib.sha256(source)
+    h.update(HEADER.read_bytes())  # (the header the sources include: native.h)
     for part in (sys.version, suffix(), platform.machine(), cc()):
         h.update(b"\0" + part.encode())
     return f"{prefix}-{h.hexdigest()[:40]}"
@@ -114,3 +119,16 @@ def compile(name: str, source: Path, what: str, link: Sequence[str] = ()) -> byt
             raise NotBuilt(f"building {what} failed: {' / '.join(last)}")
         with open(out, "rb") as f:
             return f.read()
+
+
+def build(prefix: str, name: str, source: Path, what: str, entry: str, switch: str) -> ModuleType:
+    """The extension module ``name`` of ``source`` from the signed disk cache (entry ``prefix`` and a hash
+    of the source, ``native.h``, the Python and the compiler), else built and cached once it loads
+    (``entry``: a function it must have). NotBuilt, naming ``what``, when it cannot be built here, or when
+    the environment variable ``switch`` is ``0``."""
+    if os.environ.get(switch, "1") == "0":
+        raise NotBuilt(f"{switch}=0")
+    from . import disk_cache  # (imported here: disk_cache's docstring names this module, nothing more)
+
+    return disk_cache.cached(key(prefix, source.read_bytes()), lambda: compile(name, source, what),
+                             lambda image: load(name, image, entry), unusable=(ImportError,))

@@ -13,6 +13,7 @@ from typing import Sequence
 from ..errors import LaneflowError
 from ..runtime.encoder import LOCK  # noqa: F401 - the one scheduling lock (Stream.close takes it too)
 from ..runtime.lane import Command
+from . import csubmit
 from .epilogue import fold as fold_epilogues
 from .fusion import FusedNode, fuse
 from .rowfusion import fuse_rows
@@ -83,6 +84,10 @@ def schedule(roots: Sequence[ArrayData]) -> None:
         execute(toposort(roots))
 
 
+#: False: every node takes the Python path below, never ``csubmit.c`` (tests compare the two)
+C_SUBMIT = True
+
+
 def execute(order: list) -> None:
     """Submit the pending nodes ``order`` (inputs first): the passes, then one command per item.
     The caller holds ``LOCK`` (``schedule`` here, ``eval_cache.schedule``)."""
@@ -96,6 +101,7 @@ def execute(order: list) -> None:
         if pause:
             gc.disable()
         items = passes(order) if len(order) > 1 else None
+        one = csubmit.submitter() if C_SUBMIT else None
         for d in order if items is None else items:
             t = type(d)
             if t is Group:
@@ -103,7 +109,8 @@ def execute(order: list) -> None:
             elif t is FusedNode:
                 _schedule_fused(d)
             elif d.buffer is None:  # a sibling may have produced it already
-                schedule_one(d)
+                if one is None or not one(d):  # (the C path declines what it does not cover)
+                    schedule_one(d)
     finally:
         if pause:
             gc.enable()

@@ -12,9 +12,7 @@
    same_counts(made, users, held) -> whether the made nodes' counts are the recorded ones
    step(replayer, next, spec) -> a replayed call's step (below: the compiled step of tape_steps.py, as data) */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "../native.h"
 #include <string.h>
 
 static PyTypeObject *node_type, *array_type;
@@ -24,27 +22,6 @@ static const char *NODE_SLOTS[] = {"shape", "dtype", "stream", "device", "prim",
 enum { SHAPE, DTYPE, STREAM, DEVICE, PRIM, INPUTS, SIBLINGS, BUFFER, USERS, ARRAYS, NSLOTS };
 static Py_ssize_t node_off[NSLOTS], data_off;
 static PyObject *zero, *one;
-
-#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
-
-static int offset_of(PyTypeObject *t, const char *name, Py_ssize_t *off) {
-    /* (a class's own slot: a heap type's dict holds its member descriptors; a built-in type's dict
-       may be NULL from 3.12 on) */
-    PyObject *d = PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE) && t->tp_dict != NULL
-                  ? PyDict_GetItemString(t->tp_dict, name) : NULL; /* borrowed */
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || PyDescr_TYPE(d) != t) {
-        PyErr_Format(PyExc_TypeError, "%s has no slot %s", t->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
-        m->offset + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", t->tp_name, name);
-        return -1;
-    }
-    *off = m->offset;
-    return 0;
-}
 
 static PyObject *init(PyObject *self, PyObject *args) {
     PyTypeObject *nt, *at;

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from .. import disk_cache, native
+from .. import native
 from ..array import Array
 from ..graph.node import ArrayData
 
@@ -49,11 +49,7 @@ def why_not() -> str | None:
 
 
 def _open(_key=None) -> ModuleType:
-    if os.environ.get("LANEFLOW_CTAPE", "1") == "0":
-        raise native.NotBuilt("LANEFLOW_CTAPE=0")
-    mod = disk_cache.cached(native.key("ctape", SOURCE.read_bytes()),
-                            lambda: native.compile(NAME, SOURCE, "the tape's node maker"),
-                            lambda image: native.load(NAME, image, "array"), unusable=(ImportError,))
+    mod = native.build("ctape", NAME, SOURCE, "the tape's node maker", "array", "LANEFLOW_CTAPE")
     mod.init(ArrayData, Array)
     Array.__del__ = mod.array_del()  # (the same finalizer without a Python frame: array.py's, in C)
     return mod

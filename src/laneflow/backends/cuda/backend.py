@@ -19,6 +19,7 @@ from . import interop
 from .cudagraph import GraphPlan, allocate_region
 from .hostsync import HostSignals
 from .dispatch import KERNELS
+from .kernels import celementwise
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
 from .linalg_batched import takes_batched
@@ -50,6 +51,7 @@ class CUDABackend(Backend):
         self._contexts: dict[int, DeviceContext] = {}
         self._lock = threading.Lock()
         self.context(0)  # fail here, not at the first op, when the GPU is unusable
+        celementwise.install(KERNELS)  # the elementwise kernel's common launch in C, where it builds
 
     def context(self, index: int) -> DeviceContext:
         ctx = self._contexts.get(index)

@@ -274,7 +274,10 @@ def _converter(lt: np.dtype):
 
 def _to_f32(v) -> float:
     if -3.4e38 < v < 3.4e38:
-        return float(np.float32(v))
+        # A float in range is passed as it is: the parameter block packs it as a C float, the same
+        # rounding as numpy's (no numpy scalar made per launch; an int still goes through numpy, one
+        # rounding from the int, not two through a double).
+        return v if v.__class__ is float else float(np.float32(v))
     with np.errstate(over="ignore"):
         return float(np.float32(v))  # inf, as numpy rounds a too-large weak scalar
 

@@ -1,0 +1,283 @@
+/* The elementwise kernel's common launch in C (kernels/celementwise.py loads it; dispatch.py's KERNELS
+   maps "elementwise" to it when it loads).
+
+   ew(lane, prim, ins, outs) launches what elementwise.run launches for an array and an array, or an
+   array and a Python scalar (x + y, x + 1.0: elementwise.run's unrolled form), from a plan that
+   elementwise.py already made: the same plan key, the same kernel (the vector one where every pointer
+   it loads or stores is aligned), grid and arguments, packed by the kernel's own struct into its
+   parameter block (Kernel.launch) and launched through the kernel's own driver call. Anything else (an
+   integer power, other operands, a comparison with a scalar, a plan or a kernel not made yet, a kernel
+   with Dims parameters, a scalar of another type) goes to elementwise.elementwise, which makes the plan
+   or the kernel, so the next launch of that key comes here.
+
+   Why: an uncached command's kernel launch was five Python frames (elementwise, run, the plan's kernel
+   choice, Kernel.launch, the driver call's wrapper). */
+
+#include "../../../native.h"
+#include <math.h>
+
+static PyObject *plans, *python_ew, *failed, *compare, *to_f32;
+static PyTypeObject *scalar_t, *array_t, *pair_t, *plan_t, *kernel_t;
+/* DeviceArray's, KernelPair's, _Plan's, Kernel's and Scalar's slots that the launch reads */
+static const char *const A_SLOTS[] = {"ptr", "shape", "dtype", "size"};
+enum { A_PTR, A_SHAPE, A_DTYPE, A_SIZE, A_N };
+static const char *const K2_SLOTS[] = {"kern", "vspec", "vkern", "vptrs"};
+enum { K2_KERN, K2_VSPEC, K2_VKERN, K2_VPTRS, K2_N };
+static const char *const PL_SLOTS[] = {"steps", "grid", "tail", "vgrid", "vtail"};
+enum { PL_STEPS, PL_GRID, PL_TAIL, PL_VGRID, PL_VTAIL, PL_N };
+static const char *const KN_SLOTS[] = {"name", "_pack", "_block", "_argv_addr", "_dims", "_launch", "_f"};
+enum { KN_NAME, KN_PACK, KN_BLOCK, KN_ARGV, KN_DIMS, KN_LAUNCH, KN_F, KN_N };
+static Py_ssize_t a_off[A_N], k2_off[K2_N], pl_off[PL_N], kn_off[KN_N], value_off;
+static PyObject *s_fn, *s_operands, *s_ctx, *s_handle, *s_power;
+static PyObject *zero, *one, *block_x;
+static const char *const PRIM_ATTRS[] = {"fn", "operands"};
+static const char *const LANE_ATTRS[] = {"ctx", "handle"};
+static Plain prim_plain = {PRIM_ATTRS, 2, 0, {0}}, lane_plain = {LANE_ATTRS, 2, 0, {0}};
+
+/* init(plans dict, elementwise.elementwise, failed(kernel, err), comparisons, Scalar, DeviceArray,
+        KernelPair, _Plan, Kernel, elementwise._to_f32) */
+static PyObject *init(PyObject *self, PyObject *args) {
+    PyObject *p, *e, *f, *c, *tf;
+    PyTypeObject *st, *at, *kt2, *pt, *kt;
+    Py_ssize_t ao[A_N], k2o[K2_N], plo[PL_N], kno[KN_N], vo;
+    if (!PyArg_ParseTuple(args, "O!OOOO!O!O!O!O!O", &PyDict_Type, &p, &e, &f, &c, &PyType_Type, &st, &PyType_Type,
+                          &at, &PyType_Type, &kt2, &PyType_Type, &pt, &PyType_Type, &kt, &tf))
+        return NULL;
+    if (!PyAnySet_Check(c)) {
+        PyErr_SetString(PyExc_TypeError, "celementwise: the comparisons are a set");
+        return NULL;
+    }
+    if (offsets_of(at, A_SLOTS, A_N, ao) || offsets_of(kt2, K2_SLOTS, K2_N, k2o) ||
+        offsets_of(pt, PL_SLOTS, PL_N, plo) || offsets_of(kt, KN_SLOTS, KN_N, kno) || offset_of(st, "value", &vo))
+        return NULL;
+    if (!PyType_IsSubtype(pt, kt2)) {
+        PyErr_SetString(PyExc_TypeError, "celementwise: _Plan is not a KernelPair");
+        return NULL;
+    }
+#define INTERN(v, t) if (v == NULL && (v = PyUnicode_InternFromString(t)) == NULL) return NULL
+    INTERN(s_fn, "fn"); INTERN(s_operands, "operands"); INTERN(s_ctx, "ctx"); INTERN(s_handle, "handle");
+    INTERN(s_power, "power");
+#undef INTERN
+    if ((zero == NULL && (zero = PyLong_FromLong(0)) == NULL) || (one == NULL && (one = PyLong_FromLong(1)) == NULL) ||
+        (block_x == NULL && (block_x = PyLong_FromLong(256)) == NULL))
+        return NULL;
+    memcpy(a_off, ao, sizeof ao);
+    memcpy(k2_off, k2o, sizeof k2o);
+    memcpy(pl_off, plo, sizeof plo);
+    memcpy(kn_off, kno, sizeof kno);
+    value_off = vo;
+    Py_XSETREF(plans, Py_NewRef(p));
+    Py_XSETREF(python_ew, Py_NewRef(e));
+    Py_XSETREF(failed, Py_NewRef(f));
+    Py_XSETREF(compare, Py_NewRef(c));
+    Py_XSETREF(to_f32, Py_NewRef(tf));
+    Py_XSETREF(scalar_t, (PyTypeObject *)Py_NewRef(st));
+    Py_XSETREF(array_t, (PyTypeObject *)Py_NewRef(at));
+    Py_XSETREF(pair_t, (PyTypeObject *)Py_NewRef(kt2));
+    Py_XSETREF(plan_t, (PyTypeObject *)Py_NewRef(pt));
+    Py_XSETREF(kernel_t, (PyTypeObject *)Py_NewRef(kt));
+    Py_RETURN_NONE;
+}
+
+/* elementwise._py_type for the exact built-in scalar types (borrowed); NULL: another type */
+static PyObject *py_type(PyObject *v) {
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type || t == &PyComplex_Type)
+        return (PyObject *)t;
+    return NULL;
+}
+
+static int is_array(PyObject *x) {  /* a DeviceArray (or a subclass) with its four slots set */
+    if (!PyObject_TypeCheck(x, array_t))
+        return 0;
+    for (int k = 0; k < A_N; k++)
+        if (SLOT(x, a_off[k]) == NULL)
+            return 0;
+    return 1;
+}
+
+static int aligned(PyObject *arr) {  /* arr.ptr % 16 == 0: 1, 0; -1 when the pointer is not an int */
+    PyObject *p = SLOT(arr, a_off[A_PTR]);
+    if (!PyLong_Check(p))
+        return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLongMask(p);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return (v & 15) == 0;
+}
+
+/* The launch: 1 done, 0 declined (nothing done, no error set: elementwise.elementwise runs it), -1 raised */
+static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
+    if (!PyList_CheckExact(ins) || !PyList_CheckExact(outs) || PyList_GET_SIZE(outs) < 1 || PyList_GET_SIZE(ins) < 1)
+        return 0;
+    PyObject *pd = plain_dict(prim, &prim_plain), *ld = plain_dict(lane, &lane_plain);
+    if (pd == NULL || ld == NULL)
+        return 0;
+    PyObject *fn = DGET(pd, s_fn), *ops = DGET(pd, s_operands), *ctx = DGET(ld, s_ctx), *handle = DGET(ld, s_handle);
+    if (fn == NULL || ops == NULL || ctx == NULL || handle == NULL || !PyUnicode_CheckExact(fn) ||
+        !PyTuple_CheckExact(ops) || PyTuple_GET_SIZE(ops) != 2) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (fn == s_power || PyUnicode_Compare(fn, s_power) == 0)
+        return 0;
+    PyObject *o0 = PyTuple_GET_ITEM(ops, 0), *o = PyTuple_GET_ITEM(ops, 1);
+    if (!PyLong_CheckExact(o0) || PyLong_AsLong(o0) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *out = PyList_GET_ITEM(outs, 0), *a = PyList_GET_ITEM(ins, 0), *b = NULL, *value = NULL, *key = NULL;
+    if (!is_array(out) || !is_array(a))
+        return 0;
+    PyObject *size = SLOT(out, a_off[A_SIZE]);
+    if (!PyLong_CheckExact(size) || PyObject_Not(size))
+        return 0;  /* (an empty output: elementwise.run returns at once) */
+    if (PyLong_CheckExact(o)) {  /* an array and an array: (fn, (dt, dt), (shape, shape), shape, dtype, ctx) */
+        Py_ssize_t k = PyLong_AsSsize_t(o);
+        if (k < 0 || k >= PyList_GET_SIZE(ins) || !is_array(b = PyList_GET_ITEM(ins, k))) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), SLOT(b, a_off[A_DTYPE]));
+        PyObject *shp = PyTuple_Pack(2, SLOT(a, a_off[A_SHAPE]), SLOT(b, a_off[A_SHAPE]));
+        if (pat != NULL && shp != NULL)
+            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
+        Py_XDECREF(pat);
+        Py_XDECREF(shp);
+    } else if (Py_TYPE(o) == scalar_t && (value = SLOT(o, value_off)) != NULL && py_type(value) != NULL) {
+        /* an array and a scalar: (fn, (dt, type), (shape,), shape, dtype, ctx); comparisons left to Python */
+        int cmp = PySet_Contains(compare, fn);
+        if (cmp != 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), py_type(value));
+        PyObject *shp = PyTuple_Pack(1, SLOT(a, a_off[A_SHAPE]));
+        if (pat != NULL && shp != NULL)
+            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
+        Py_XDECREF(pat);
+        Py_XDECREF(shp);
+    } else {
+        return 0;
+    }
+    if (key == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *plan = PyDict_GetItemWithError(plans, key); /* borrowed */
+    Py_DECREF(key);
+    if (plan == NULL || Py_TYPE(plan) != plan_t) {
+        PyErr_Clear();
+        return 0;  /* (no plan yet: the Python path makes it) */
+    }
+    /* _Plan.kernel: the vector kernel where every pointer it loads or stores as a vector is aligned */
+    int vec = 0;
+    PyObject *vspec = SLOT(plan, k2_off[K2_VSPEC]);
+    if (vspec != NULL && vspec != Py_None) {
+        vec = aligned(out);
+        PyObject *vptrs = SLOT(plan, k2_off[K2_VPTRS]);
+        if (vec < 0 || vptrs == NULL || !PyTuple_CheckExact(vptrs))
+            return 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(vptrs) && vec == 1; j++) {
+            Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(vptrs, j));
+            if (k < 0 || k >= PyList_GET_SIZE(ins) || !is_array(PyList_GET_ITEM(ins, k))) {
+                PyErr_Clear();
+                return 0;
+            }
+            vec = aligned(PyList_GET_ITEM(ins, k));
+        }
+        if (vec < 0)
+            return 0;
+    }
+    PyObject *kern = SLOT(plan, vec ? k2_off[K2_VKERN] : k2_off[K2_KERN]);
+    PyObject *grid = SLOT(plan, vec ? pl_off[PL_VGRID] : pl_off[PL_GRID]);
+    PyObject *tail = SLOT(plan, vec ? pl_off[PL_VTAIL] : pl_off[PL_TAIL]);
+    if (kern == NULL || Py_TYPE(kern) != kernel_t || grid == NULL || !PyTuple_CheckExact(grid) ||
+        PyTuple_GET_SIZE(grid) != 3 || tail == NULL || !PyTuple_CheckExact(tail) || PyTuple_GET_SIZE(tail) > 8)
+        return 0;  /* (a kernel not compiled yet: the Python path compiles it) */
+    for (int k = 0; k < KN_N; k++)
+        if (SLOT(kern, kn_off[k]) == NULL)
+            return 0;
+    if (PyObject_IsTrue(SLOT(kern, kn_off[KN_DIMS])) != 0) {
+        PyErr_Clear();
+        return 0;  /* (Dims parameters: Kernel.launch flattens them) */
+    }
+    /* the arguments: out, a, then b's pointer or the scalar through its converter (plan.steps[1][1]),
+       then the tail, packed by the kernel's struct into its block (Kernel.launch) */
+    PyObject *third;
+    if (b != NULL) {
+        third = Py_NewRef(SLOT(b, a_off[A_PTR]));
+    } else {
+        PyObject *steps = SLOT(plan, pl_off[PL_STEPS]), *st, *conv;
+        if (steps == NULL || !PyTuple_CheckExact(steps) || PyTuple_GET_SIZE(steps) != 2 ||
+            !PyTuple_CheckExact(st = PyTuple_GET_ITEM(steps, 1)) || PyTuple_GET_SIZE(st) != 2 ||
+            (conv = PyTuple_GET_ITEM(st, 1)) == Py_None)
+            return 0;
+        if (conv == to_f32 && PyFloat_CheckExact(value) && fabs(PyFloat_AS_DOUBLE(value)) < 3.4e38)
+            third = Py_NewRef(value);  /* (elementwise._to_f32 of a float in range: the float itself) */
+        else
+            third = PyObject_CallOneArg(conv, value);
+        if (third == NULL) {
+            PyErr_Clear();  /* (the Python path converts it again, and raises what it raises) */
+            return 0;
+        }
+    }
+    Py_ssize_t nt = PyTuple_GET_SIZE(tail);
+    PyObject *pa[2 + 3 + 8] = {SLOT(kern, kn_off[KN_BLOCK]), zero, SLOT(out, a_off[A_PTR]), SLOT(a, a_off[A_PTR]), third};
+    for (Py_ssize_t j = 0; j < nt; j++)
+        pa[5 + j] = PyTuple_GET_ITEM(tail, j);
+    PyObject *packed = PyObject_Vectorcall(SLOT(kern, kn_off[KN_PACK]), pa, 5 + nt, NULL);
+    Py_DECREF(third);
+    if (packed == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(packed);
+    /* Kernel.launch's driver call: _launch(_f, gx, gy, gz, 256, 1, 1, 0, stream, _argv_addr); nothing was
+       done until here, so any failure above left it to the Python path */
+    PyObject *la[10] = {SLOT(kern, kn_off[KN_F]), PyTuple_GET_ITEM(grid, 0), PyTuple_GET_ITEM(grid, 1),
+                        PyTuple_GET_ITEM(grid, 2), block_x, one, one, zero, handle, SLOT(kern, kn_off[KN_ARGV])};
+    PyObject *err = PyObject_Vectorcall(SLOT(kern, kn_off[KN_LAUNCH]), la, 10, NULL);
+    if (err == NULL)
+        return -1;
+    int bad = PyObject_IsTrue(err);
+    if (bad) {  /* (a CUresult other than 0: raised as Kernel.launch raises it) */
+        PyObject *r = bad < 0 ? NULL : PyObject_CallFunctionObjArgs(failed, kern, err, NULL);
+        Py_XDECREF(r);
+        Py_DECREF(err);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "celementwise: a failed launch did not raise");
+        return -1;
+    }
+    Py_DECREF(err);
+    return 1;
+}
+
+static PyObject *ew(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (plans == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "celementwise: init was not called");
+        return NULL;
+    }
+    if (n != 4) {
+        PyErr_SetString(PyExc_TypeError, "ew(lane, prim, ins, outs)");
+        return NULL;
+    }
+    int r = fast(a[0], a[1], a[2], a[3]);
+    if (r > 0)
+        Py_RETURN_NONE;
+    if (r < 0)
+        return NULL;
+    return PyObject_Vectorcall(python_ew, a, 4, NULL);
+}
+
+static PyMethodDef methods[] = {
+    {"init", init, METH_VARARGS,
+     "init(plans, elementwise, failed, comparisons, Scalar, DeviceArray, KernelPair, _Plan, Kernel, _to_f32)"},
+    {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(lane, prim, ins, outs): the elementwise kernel"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_laneflow_celementwise", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__laneflow_celementwise(void) { return PyModule_Create(&module); }
