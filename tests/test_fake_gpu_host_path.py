@@ -188,7 +188,18 @@ real = calls.launch
 def record(f, gx, gy, gz, bx, by, bz, smem, stream, argv):
     k = kernels[argv]
     args = struct.unpack_from(launch._layout(k.params)[0], k._block)
-    seen.append((k.name, (gx, gy, gz), (bx, by, bz), tuple(a.hex() if isinstance(a, float) else a for a in args)))
+    # (a pointer parameter as ("p", address), whatever its magnitude: a host buffer's may be small)
+    it = iter(args)
+    row = []
+    for code in k.params:
+        if code == "D":
+            row.append(tuple(next(it) for _ in range(8)))
+        elif code == "p":
+            row.append(("p", next(it)))
+        else:
+            a = next(it)
+            row.append(a.hex() if isinstance(a, float) else a)
+    seen.append((k.name, (gx, gy, gz), (bx, by, bz), tuple(row)))
     return real(f, gx, gy, gz, bx, by, bz, smem, stream, argv)
 calls.launch = record
 s = lf.new_stream(lf.gpu, lanes=1)
@@ -197,10 +208,15 @@ from laneflow.backends.cuda.kernels import celementwise
 from laneflow.graph import csubmit, schedule
 assert csubmit.submitter() is not None and celementwise.load() is not None, (csubmit.why_not(), celementwise.why_not())
 
+from laneflow.backends.cuda import cenqueue
+assert cenqueue.fast() is not None, cenqueue.why_not()
+
 def c_paths(on):
-    # the C submit path and the C elementwise launch on, or every command through Python
+    # the C submit path, the C elementwise launch and the lanes' C enqueue on, or every command through Python
     schedule.C_SUBMIT = on
     dispatch.KERNELS["elementwise"] = celementwise.kernel() if on else elementwise.elementwise
+    for lane in s.lanes:
+        lane.enqueue_fast = cenqueue.fast() if on else None
 
 def inputs(dts, shapes, seed):
     rng = np.random.default_rng(seed)
@@ -231,8 +247,8 @@ def same_launches(arrays, switch, step, n, least):
         # it equals (an output written in place, into its input's memory, is not one written into new
         # memory; which new memory depends on the pool's state, which differs from run to run)
         def name(x, a):
-            if isinstance(x, int) and x > 2**32:
-                return ptrs.get(x) or ("mem", tuple(j for j, y in enumerate(a) if y == x))
+            if isinstance(x, tuple) and len(x) == 2 and x[0] == "p":
+                return ptrs.get(x[1]) or ("mem", tuple(j for j, y in enumerate(a) if y == x))
             return x
         return [(n, g, b, tuple(name(x, a) for x in a)) for n, g, b, a in rows]
     for seed in range(3):
@@ -322,7 +338,8 @@ print("stats", lf.stats())
 
 
 def test_c_paths_launch_what_python_launches(tmp_path):
-    """The C submit path (graph/csubmit.c) and the C elementwise launch (celementwise.c) launch the same
+    """The C submit path (graph/csubmit.c), the C elementwise launch (celementwise.c) and the lanes' C
+    enqueue (cenqueue.c) launch the same
     kernels, grids, blocks and arguments (but the outputs' addresses), with the same encoder counters,
     as the Python path, over random chains of elementwise ops (scalars of every kind, integer powers, values
     still seen by the program, in-place writes), reductions, transposes and matmuls."""

@@ -37,10 +37,10 @@ static Py_ssize_t n_off[N_N], b_off[B_N], c_off[C_N], p_off[P_N], s_off[S_N];
 /* plain instance attributes (their types checked once: native.h) */
 static const char *const STREAM_ATTRS[] = {"_closed", "backend", "encoder"};
 static const char *const ENCODER_ATTRS[] = {"lanes"};
-static const char *const LANE_ATTRS[] = {"clock", "submitted"};
+static const char *const LANE_ATTRS[] = {"clock", "submitted", "enqueue_fast"};
 static const char *const PRIM_ATTRS[] = {"name", "in_views"};
 static Plain stream_plain = {STREAM_ATTRS, 3, 0, {0}}, encoder_plain = {ENCODER_ATTRS, 1, 0, {0}},
-             lane_plain = {LANE_ATTRS, 2, 0, {0}}, prim_plain = {PRIM_ATTRS, 2, 0, {0}};
+             lane_plain = {LANE_ATTRS, 3, 0, {0}}, prim_plain = {PRIM_ATTRS, 2, 0, {0}};
 /* a primitive type's class attributes kind, lane_for, one_allocation and donates, read once per type
    (primitives set them on the class, never on an instance): FAST (kind is neither a placeholder nor a
    constant, no pinned lane, no shared allocation) and DONATES */
@@ -50,7 +50,7 @@ static int prim_flags[32], n_prim_types;
 static PyObject *tracing_dict;
 
 static PyObject *s_kind, *s_lane_for, *s_one_allocation, *s_donates, *s_name, *s_closed, *s_backend, *s_encoder,
-    *s_lanes, *s_clock, *s_submitted, *s_allocate, *s_kernel_of, *s_kernel, *s_enqueue, *s_submit, *s_active, *s_in_views,
+    *s_lanes, *s_clock, *s_submitted, *s_allocate, *s_kernel_of, *s_kernel, *s_enqueue_fast, *s_enqueue, *s_submit, *s_active, *s_in_views,
     *s_placeholder, *s_constant, *s_raw, *s_waw, *s_war, *s_same, *s_elided;
 
 /* init(ArrayData, Buffer, Command, Point, STATS, tracing module) */
@@ -69,7 +69,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     INTERN(s_donates, "donates"); INTERN(s_name, "name"); INTERN(s_closed, "_closed");
     INTERN(s_backend, "backend"); INTERN(s_encoder, "encoder"); INTERN(s_lanes, "lanes");
     INTERN(s_clock, "clock"); INTERN(s_submitted, "submitted"); INTERN(s_allocate, "allocate");
-    INTERN(s_kernel_of, "kernel_of"); INTERN(s_kernel, "kernel"); INTERN(s_enqueue, "_enqueue"); INTERN(s_submit, "submit");
+    INTERN(s_kernel_of, "kernel_of"); INTERN(s_kernel, "kernel"); INTERN(s_enqueue_fast, "enqueue_fast"); INTERN(s_enqueue, "_enqueue"); INTERN(s_submit, "submit");
     INTERN(s_active, "active"); INTERN(s_in_views, "in_views"); INTERN(s_placeholder, "placeholder");
     INTERN(s_constant, "constant"); INTERN(s_raw, "raw"); INTERN(s_waw, "waw"); INTERN(s_war, "war");
     INTERN(s_same, "same_lane_deps"); INTERN(s_elided, "waits_elided");
@@ -493,8 +493,22 @@ static PyObject *submit_one(PyObject *self, PyObject *d) {
                 goto done;
             Py_XSETREF(SLOT(out, b_off[B_READERS]), fresh);
         }
+        /* the lane's enqueue_fast (a C enqueue: backends/cuda/cenqueue.c) when it has one and takes the
+           command, else lane._enqueue(cmd) */
         PyObject *a[2] = {lane, cmd};
-        PyObject *r = PyObject_VectorcallMethod(s_enqueue, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        PyObject *fast_enqueue = DGET(ld, s_enqueue_fast), *r = NULL;
+        if (fast_enqueue != NULL && fast_enqueue != Py_None) {
+            r = PyObject_Vectorcall(fast_enqueue, a, 2, NULL);
+            if (r == NULL)
+                goto done;
+            int taken = r == Py_True;
+            Py_DECREF(r);
+            r = taken ? Py_NewRef(Py_None) : NULL;
+        } else if (PyErr_Occurred()) {
+            goto done;
+        }
+        if (r == NULL)
+            r = PyObject_VectorcallMethod(s_enqueue, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (r == NULL)
             goto done;
         Py_DECREF(r);

@@ -191,10 +191,8 @@ class Command:
                     self.fn(lane)
                 else:
                     self.fn(lane, self.prim, self.ins, self.outs)
-            except LaneflowError as e:
-                err = e
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes the op's error
-                err = ExecutionError(self.op, e, self.where(lane))
+                err = self.error_of(e, lane)
             finally:
                 lane.checks = None
                 if found:
@@ -212,6 +210,19 @@ class Command:
                     if b.error is not None:
                         b.error = None     # a buffer rewritten (a compiled plan's region) is good again
                 return
+        for b in self.writes:
+            b.error = err
+            b.checks = None
+
+    def error_of(self, e: Exception, lane: "Lane") -> LaneflowError:
+        """The error the outputs get when the work raised ``e``: itself when it is laneflow's, else an
+        :class:`ExecutionError` naming the op and its shapes."""
+        return e if isinstance(e, LaneflowError) else ExecutionError(self.op, e, self.where(lane))
+
+    def fail(self, e: Exception, lane: "Lane") -> None:
+        """The work raised ``e``: every output carries its error (``error_of``). The C enqueue
+        (``backends/cuda/cenqueue.c``) calls it as :meth:`run` fails its outputs."""
+        err = self.error_of(e, lane)
         for b in self.writes:
             b.error = err
             b.checks = None

@@ -19,6 +19,7 @@ from . import interop
 from .cudagraph import GraphPlan, allocate_region
 from .hostsync import HostSignals
 from .dispatch import KERNELS
+from . import cenqueue, lanes
 from .kernels import celementwise
 from .kernels.launch import Modules
 from .lanes import CudaLane, EventPool
@@ -52,6 +53,7 @@ class CUDABackend(Backend):
         self._lock = threading.Lock()
         self.context(0)  # fail here, not at the first op, when the GPU is unusable
         celementwise.install(KERNELS)  # the elementwise kernel's common launch in C, where it builds
+        lanes.ENQUEUE_FAST = cenqueue.fast()  # and a lane's enqueue of it
 
     def context(self, index: int) -> DeviceContext:
         ctx = self._contexts.get(index)

@@ -59,6 +59,11 @@ class EventPool:
 #: not yet diagnosed: docs/perf/suite-h200-2026-12-02-lazy-events.txt), so it stays opt-in.
 MARK_EVERY = max(1, int(os.environ.get("LANEFLOW_MARK_EVERY", "1")))
 
+#: The C enqueue (``cenqueue.c``: ``enqueue(lane, cmd) -> bool``) that lanes made from now on keep as
+#: ``enqueue_fast``, which the C submit path calls first; the backend installs it where it builds (None:
+#: every command through ``_enqueue``; tests compare the two)
+ENQUEUE_FAST = None
+
 
 class EventFence:
     """A lane's timeline: ``value`` is the last sequence number known to have finished on the GPU.
@@ -275,6 +280,8 @@ class CudaLane(Lane):
         # order with no driver call; ``cached`` counts its bytes
         self.blocks: dict[int, list[int]] = {}
         self.cached = 0
+        #: an elementwise command's enqueue in C (``cenqueue.c``), which the C submit path calls first
+        self.enqueue_fast = ENQUEUE_FAST
 
     def _enqueue(self, cmd: Command) -> None:
         ctx = self.ctx
