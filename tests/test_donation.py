@@ -123,3 +123,69 @@ def test_a_graphs_state_buffer_is_a_value_of_the_arguments_shape_on_the_fake_gpu
 
     p = run_under_fake_driver(_FAKE_SCRIPT, tmp_path, timeout=120)
     assert p.returncode == 0 and "donation ok" in p.stdout, p.stdout[-2000:] + p.stderr[-3000:]
+
+
+def _chain_allocations(n: int) -> tuple[int, np.ndarray]:
+    """Allocations made by an uncached chain of n adds on one CPU lane (fusion off), and its value."""
+    from laneflow.graph import eval_cache, fusion
+    from laneflow.runtime.backend import backend_for
+
+    backend = backend_for(lf.cpu)
+    made = []
+    real = backend.allocate
+
+    def counting(*a, **k):
+        made.append(a)
+        return real(*a, **k)
+
+    st = lf.new_stream(lf.cpu, lanes=1)
+    x = lf.array(np.arange(4, dtype=np.float32), stream=st)
+    lf.eval(x)
+    was = fusion._enabled
+    fusion.set_enabled(False)
+    backend.allocate = counting
+    try:
+        with lf.stream(st), eval_cache.bypass():
+            y = x
+            for _ in range(n):
+                y = y + 1.0
+            lf.eval(y)
+    finally:
+        del backend.allocate
+        fusion.set_enabled(was)
+    return len(made), np.asarray(y)
+
+
+def test_a_primitive_class_attribute_changed_later_is_read_again(monkeypatch):
+    """The C submit path (graph/csubmit.c) keeps a primitive class's attributes per class while the
+    class is unchanged; assigning one later (here: elementwise ops no longer write in place) is seen at
+    the next node, as the Python path sees it."""
+    from laneflow.ops.primitives import Elementwise
+
+    n, want = 10, np.arange(4, dtype=np.float32) + 10
+    allocs, got = _chain_allocations(n)
+    np.testing.assert_array_equal(got, want)
+    assert allocs == 1  # the first add allocates; the rest write in place
+    monkeypatch.setattr(Elementwise, "donates", False)
+    allocs, got = _chain_allocations(n)
+    np.testing.assert_array_equal(got, want)
+    assert allocs == n
+
+
+def test_a_backends_own_kernel_of_is_asked(monkeypatch):
+    """Every place that runs a primitive asks the backend's kernel_of (runtime/backend.py): the C submit
+    path too, when a backend has its own."""
+    from laneflow.runtime.backend import backend_for
+
+    backend = backend_for(lf.cpu)
+    asked = []
+    base = type(backend).kernel_of
+
+    def own(self, prim):
+        asked.append(prim.name)
+        return base(self, prim)
+
+    monkeypatch.setattr(type(backend), "kernel_of", own)
+    _, got = _chain_allocations(5)
+    np.testing.assert_array_equal(got, np.arange(4, dtype=np.float32) + 5)
+    assert asked.count("add") == 5

@@ -46,16 +46,20 @@ static inline int offsets_of(PyTypeObject *t, const char *const *names, int n, P
 typedef struct {
     const char *const *names;
     int nnames, n;
-    PyTypeObject *types[8]; /* checked so far (referenced) */
+    PyTypeObject *types[8]; /* checked so far (referenced), each while its version tag holds */
+    unsigned int tags[8];
 } Plain;
 
 /* o's instance dict (borrowed; the object keeps it) when o's type is plain for g, else NULL (no error
    set: the caller takes the general path). */
 static inline PyObject *plain_dict(PyObject *o, Plain *g) {
     PyTypeObject *t = Py_TYPE(o);
-    int known = 0;
-    for (int i = 0; i < g->n && !known; i++)
-        known = g->types[i] == t;
+    int known = 0, at = -1;
+    for (int i = 0; i < g->n && at < 0; i++)
+        if (g->types[i] == t) {
+            at = i;  /* (a class attribute assigned since changes the type's version tag: checked again) */
+            known = t->tp_version_tag != 0 && g->tags[i] == t->tp_version_tag;
+        }
     if (!known) {
         for (int k = 0; k < g->nnames; k++) {
             PyObject *name = PyUnicode_InternFromString(g->names[k]);
@@ -68,8 +72,12 @@ static inline PyObject *plain_dict(PyObject *o, Plain *g) {
             if (d != NULL && Py_TYPE(d)->tp_descr_set != NULL)
                 return NULL;
         }
-        if (g->n < 8)
-            g->types[g->n++] = (PyTypeObject *)Py_NewRef(t);
+        if (at < 0 && g->n < 8) {
+            at = g->n++;
+            g->types[at] = (PyTypeObject *)Py_NewRef(t);
+        }
+        if (at >= 0)
+            g->tags[at] = t->tp_version_tag;  /* (set by the lookups above; 0: checked again next time) */
     }
     PyObject *dict = PyObject_GenericGetDict(o, NULL);
     if (dict == NULL) {

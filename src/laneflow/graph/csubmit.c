@@ -20,7 +20,7 @@
 #include <string.h>
 
 static PyTypeObject *node_t, *buf_t, *cmd_t, *point_t;
-static PyObject *stats, *tracing, *empty_tuple, *zero;
+static PyObject *stats, *tracing, *empty_tuple, *zero, *base_kernel_of;
 
 static const char *const N_SLOTS[] = {"shape", "dtype", "device", "stream", "prim", "inputs", "siblings", "buffer",
                                 "users", "arrays"};
@@ -47,19 +47,20 @@ static Plain stream_plain = {STREAM_ATTRS, 3, 0, {0}}, encoder_plain = {ENCODER_
 enum { FAST = 1, DONATES = 2 };
 static PyTypeObject *prim_types[32];
 static int prim_flags[32], n_prim_types;
+static unsigned int prim_tags[32];
 static PyObject *tracing_dict;
 
 static PyObject *s_kind, *s_lane_for, *s_one_allocation, *s_donates, *s_name, *s_closed, *s_backend, *s_encoder,
     *s_lanes, *s_clock, *s_submitted, *s_allocate, *s_kernel_of, *s_kernel, *s_enqueue_fast, *s_enqueue, *s_submit, *s_active, *s_in_views,
     *s_placeholder, *s_constant, *s_raw, *s_waw, *s_war, *s_same, *s_elided;
 
-/* init(ArrayData, Buffer, Command, Point, STATS, tracing module) */
+/* init(ArrayData, Buffer, Command, Point, STATS, tracing module, Backend.kernel_of) */
 static PyObject *init(PyObject *self, PyObject *args) {
     PyTypeObject *nt, *bt, *ct, *pt;
-    PyObject *st, *tr;
+    PyObject *st, *tr, *ko;
     Py_ssize_t no[N_N], bo[B_N], co[C_N], po[P_N], so[S_N];
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO", &PyType_Type, &nt, &PyType_Type, &bt, &PyType_Type, &ct, &PyType_Type,
-                          &pt, &st, &tr))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOO", &PyType_Type, &nt, &PyType_Type, &bt, &PyType_Type, &ct, &PyType_Type,
+                          &pt, &st, &tr, &ko))
         return NULL;
     if (offsets_of(nt, N_SLOTS, N_N, no) || offsets_of(bt, B_SLOTS, B_N, bo) || offsets_of(ct, C_SLOTS, C_N, co) ||
         offsets_of(pt, P_SLOTS, P_N, po) || offsets_of(Py_TYPE(st), S_SLOTS, S_N, so))
@@ -94,6 +95,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     Py_XSETREF(point_t, (PyTypeObject *)Py_NewRef(pt));
     Py_XSETREF(stats, Py_NewRef(st));
     Py_XSETREF(tracing, Py_NewRef(tr));
+    Py_XSETREF(base_kernel_of, Py_NewRef(ko));
     Py_RETURN_NONE;
 }
 
@@ -209,36 +211,37 @@ static int hazards_on(PyObject *lane, PyObject *clock, PyObject *reads, PyObject
     return 1;
 }
 
-/* schedule._donor: the input whose buffer output 0 may take (borrowed), NULL for none (an error set when
-   the read failed) */
-static PyObject *donor(PyObject *d, PyObject *ins) {
+/* schedule._donor: 1 and *src the input whose buffer output 0 may take (borrowed), 0 none, -1 an error
+   (raised, as the Python path raises it: a comparison or truth test that failed) */
+static int donor(PyObject *d, PyObject *ins, PyObject **src_out) {
     if (PyTuple_GET_SIZE(ins) == 0)
-        return NULL;
+        return 0;
     PyObject *src = PyTuple_GET_ITEM(ins, 0);
     PyObject *buf = SLOT(src, n_off[N_BUFFER]);
     PyObject *users = SLOT(src, n_off[N_USERS]), *arrays = SLOT(src, n_off[N_ARRAYS]);
     if (users == NULL || arrays == NULL)
-        return NULL;
+        return 0;
     long u = PyLong_AsLong(users), a = PyLong_AsLong(arrays);
     if (u != 1 || a != 0) {
         PyErr_Clear();  /* (an int too large for a long: not 1 nor 0) */
-        return NULL;
+        return 0;
     }
     PyObject *ex = SLOT(buf, b_off[B_EXPORTED]);
     int exported = ex == NULL ? 1 : PyObject_IsTrue(ex);
     if (exported != 0)
-        return NULL;
+        return exported < 0 ? -1 : 0;
     PyObject *sib = SLOT(src, n_off[N_SIBLINGS]);
     if (sib != NULL && sib != Py_None)
-        return NULL;
+        return 0;
     int same = PyObject_RichCompareBool(SLOT(src, n_off[N_SHAPE]), SLOT(d, n_off[N_SHAPE]), Py_EQ);
     if (same != 1)
-        return NULL;
+        return same;
     same = PyObject_RichCompareBool(SLOT(src, n_off[N_DTYPE]), SLOT(d, n_off[N_DTYPE]), Py_EQ);
     if (same != 1)
-        return NULL;
+        return same;
     /* (reads_view(prim, 0) is false: submit_one leaves a primitive with in_views to the Python path) */
-    return src;
+    *src_out = src;
+    return 1;
 }
 
 static PyObject *new_of(PyTypeObject *t) {  /* object.__new__(t), its slots empty */
@@ -247,30 +250,41 @@ static PyObject *new_of(PyTypeObject *t) {  /* object.__new__(t), its slots empt
 
 static int add_stat(int k, long n) { return n ? slot_add(stats, s_off[k], n) : 0; }
 
-/* the FAST and DONATES flags of prim's type; -1 on an error */
+/* the FAST and DONATES flags of prim's type; -1 on an error. Kept per type while its version tag holds
+   (a class attribute assigned later changes the tag: CPython's type attribute cache works so) */
 static int flags_of(PyObject *prim) {
     PyTypeObject *t = Py_TYPE(prim);
+    int slot = -1;
     for (int i = 0; i < n_prim_types; i++)
-        if (prim_types[i] == t)
-            return prim_flags[i];
-    int f = 0;
+        if (prim_types[i] == t) {
+            if (t->tp_version_tag != 0 && prim_tags[i] == t->tp_version_tag)
+                return prim_flags[i];
+            slot = i;
+            break;
+        }
     PyObject *kind = PyObject_GetAttr((PyObject *)t, s_kind);
     if (kind == NULL)
         return -1;
     int other = !PyUnicode_Check(kind) || PyUnicode_Compare(kind, s_placeholder) == 0 ||
                 PyUnicode_Compare(kind, s_constant) == 0;
     Py_DECREF(kind);
-    int pinned = attr_is_none((PyObject *)t, s_lane_for), shared = attr_true((PyObject *)t, s_one_allocation);
-    int donates = attr_true((PyObject *)t, s_donates);
-    if (pinned < 0 || shared < 0 || donates < 0)
+    int pinned = attr_is_none((PyObject *)t, s_lane_for);
+    if (pinned < 0)
         return -1;
-    if (!other && pinned == 1 && shared == 0)
-        f |= FAST;
-    if (donates)
-        f |= DONATES;
-    if (n_prim_types < 32) {
-        prim_types[n_prim_types] = (PyTypeObject *)Py_NewRef(t);
-        prim_flags[n_prim_types++] = f;
+    int shared = attr_true((PyObject *)t, s_one_allocation);
+    if (shared < 0)
+        return -1;
+    int donates = attr_true((PyObject *)t, s_donates);
+    if (donates < 0)
+        return -1;
+    int f = (!other && pinned == 1 && shared == 0 ? FAST : 0) | (donates ? DONATES : 0);
+    if (slot < 0 && n_prim_types < 32) {
+        slot = n_prim_types++;
+        prim_types[slot] = (PyTypeObject *)Py_NewRef(t);
+    }
+    if (slot >= 0) {
+        prim_flags[slot] = f;
+        prim_tags[slot] = t->tp_version_tag;  /* (0: not valid, read again next time) */
     }
     return f;
 }
@@ -377,7 +391,9 @@ static PyObject *submit_one(PyObject *self, PyObject *d) {
     Py_INCREF(name);
 
     /* the output: the donor's buffer (an in-place write), or a new one (schedule.submit) */
-    PyObject *src = (n.flags & DONATES) ? donor(d, ins) : NULL;
+    PyObject *src = NULL;
+    if ((n.flags & DONATES) && donor(d, ins, &src) < 0)
+        goto done;
     if (src != NULL) {
         out = Py_NewRef(SLOT(src, n_off[N_BUFFER]));
     } else {
@@ -411,16 +427,20 @@ static PyObject *submit_one(PyObject *self, PyObject *d) {
         goto done;
     PyList_SET_ITEM(out_data, 0, Py_NewRef(SLOT(out, b_off[B_DATA])));
     PyList_SET_ITEM(writes, 0, Py_NewRef(out));
-    {  /* backend.kernel_of(prim), which is backend.kernel(prim.kind) for a primitive without in_views */
+    if (_PyType_Lookup(Py_TYPE(backend), s_kernel_of) == base_kernel_of) {
+        /* Backend.kernel_of(prim) is backend.kernel(prim.kind) for a primitive without in_views */
         PyObject *kind = PyObject_GetAttr(prim, s_kind);
         if (kind == NULL)
             goto done;
         PyObject *a[2] = {backend, kind};
         kern = PyObject_VectorcallMethod(s_kernel, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         Py_DECREF(kind);
-        if (kern == NULL)
-            goto done;
+    } else {  /* (a backend's own kernel_of) */
+        PyObject *a[2] = {backend, prim};
+        kern = PyObject_VectorcallMethod(s_kernel_of, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
+    if (kern == NULL)
+        goto done;
     cmd = new_of(cmd_t);
     if (cmd == NULL)
         goto done;
@@ -502,6 +522,11 @@ static PyObject *submit_one(PyObject *self, PyObject *d) {
             if (r == NULL)
                 goto done;
             int taken = r == Py_True;
+            if (!taken && r != Py_False) {
+                Py_DECREF(r);
+                PyErr_SetString(PyExc_TypeError, "csubmit: a lane's enqueue_fast returned neither True nor False");
+                goto done;
+            }
             Py_DECREF(r);
             r = taken ? Py_NewRef(Py_None) : NULL;
         } else if (PyErr_Occurred()) {
@@ -543,7 +568,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_VARARGS, "init(ArrayData, Buffer, Command, Point, STATS, tracing module)"},
+    {"init", init, METH_VARARGS, "init(ArrayData, Buffer, Command, Point, STATS, tracing module, Backend.kernel_of)"},
     {"submit_one", submit_one, METH_O, "submit_one(node) -> True (submitted) or False (the Python path runs it)"},
     {NULL, NULL, 0, NULL}};
 

@@ -24,6 +24,7 @@ from typing import Callable
 
 from .. import native
 from ..runtime import tracing
+from ..runtime.backend import Backend
 from ..runtime.buffer import Buffer
 from ..runtime.lane import Command, Point
 from ..runtime.stats import STATS
@@ -52,7 +53,7 @@ def why_not() -> str | None:
 
 def _open(_key=None) -> ModuleType:
     mod = native.build("csubmit", NAME, SOURCE, "the C submit path", "submit_one", "LANEFLOW_CSUBMIT")
-    mod.init(ArrayData, Buffer, Command, Point, STATS, tracing)
+    mod.init(ArrayData, Buffer, Command, Point, STATS, tracing, Backend.kernel_of)
     return mod
 
 

@@ -184,6 +184,8 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
     /* from here on, CudaLane._enqueue: the outputs' memory (an allocation failure fails the outputs, as there) */
     Py_INCREF(cmd);
     Py_INCREF(lane);
+    Py_INCREF(fence);  /* (read from dicts: Python runs below, allocate and the kernel) */
+    Py_INCREF(mem);
     int res = -1, failed = 0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(writes) && !failed; k++) {
         PyObject *h = SLOT(PyList_GET_ITEM(writes, k), b_off[B_DATA]);
@@ -223,7 +225,8 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
         if (reset < 0 || n_found) {
             Py_XDECREF(exc);
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_SystemError, "cenqueue: an elementwise kernel deferred a check");
+                PyErr_SetString(PyExc_SystemError, "cenqueue: an elementwise kernel deferred a check (only an "
+                                                   "integer power does, and it is declined above: decline any other)");
             goto done;
         }
         if (exc != NULL) {
@@ -263,6 +266,8 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
 done:
     Py_DECREF(cmd);
     Py_DECREF(lane);
+    Py_DECREF(fence);
+    Py_DECREF(mem);
     return res;
 }
 

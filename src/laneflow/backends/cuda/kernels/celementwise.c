@@ -108,70 +108,9 @@ static int aligned(PyObject *arr) {  /* arr.ptr % 16 == 0: 1, 0; -1 when the poi
     return (v & 15) == 0;
 }
 
-/* The launch: 1 done, 0 declined (nothing done, no error set: elementwise.elementwise runs it), -1 raised */
-static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
-    if (!PyList_CheckExact(ins) || !PyList_CheckExact(outs) || PyList_GET_SIZE(outs) < 1 || PyList_GET_SIZE(ins) < 1)
-        return 0;
-    PyObject *pd = plain_dict(prim, &prim_plain), *ld = plain_dict(lane, &lane_plain);
-    if (pd == NULL || ld == NULL)
-        return 0;
-    PyObject *fn = DGET(pd, s_fn), *ops = DGET(pd, s_operands), *ctx = DGET(ld, s_ctx), *handle = DGET(ld, s_handle);
-    if (fn == NULL || ops == NULL || ctx == NULL || handle == NULL || !PyUnicode_CheckExact(fn) ||
-        !PyTuple_CheckExact(ops) || PyTuple_GET_SIZE(ops) != 2) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (fn == s_power || PyUnicode_Compare(fn, s_power) == 0)
-        return 0;
-    PyObject *o0 = PyTuple_GET_ITEM(ops, 0), *o = PyTuple_GET_ITEM(ops, 1);
-    if (!PyLong_CheckExact(o0) || PyLong_AsLong(o0) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    PyObject *out = PyList_GET_ITEM(outs, 0), *a = PyList_GET_ITEM(ins, 0), *b = NULL, *value = NULL, *key = NULL;
-    if (!is_array(out) || !is_array(a))
-        return 0;
-    PyObject *size = SLOT(out, a_off[A_SIZE]);
-    if (!PyLong_CheckExact(size) || PyObject_Not(size))
-        return 0;  /* (an empty output: elementwise.run returns at once) */
-    if (PyLong_CheckExact(o)) {  /* an array and an array: (fn, (dt, dt), (shape, shape), shape, dtype, ctx) */
-        Py_ssize_t k = PyLong_AsSsize_t(o);
-        if (k < 0 || k >= PyList_GET_SIZE(ins) || !is_array(b = PyList_GET_ITEM(ins, k))) {
-            PyErr_Clear();
-            return 0;
-        }
-        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), SLOT(b, a_off[A_DTYPE]));
-        PyObject *shp = PyTuple_Pack(2, SLOT(a, a_off[A_SHAPE]), SLOT(b, a_off[A_SHAPE]));
-        if (pat != NULL && shp != NULL)
-            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
-        Py_XDECREF(pat);
-        Py_XDECREF(shp);
-    } else if (Py_TYPE(o) == scalar_t && (value = SLOT(o, value_off)) != NULL && py_type(value) != NULL) {
-        /* an array and a scalar: (fn, (dt, type), (shape,), shape, dtype, ctx); comparisons left to Python */
-        int cmp = PySet_Contains(compare, fn);
-        if (cmp != 0) {
-            PyErr_Clear();
-            return 0;
-        }
-        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), py_type(value));
-        PyObject *shp = PyTuple_Pack(1, SLOT(a, a_off[A_SHAPE]));
-        if (pat != NULL && shp != NULL)
-            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
-        Py_XDECREF(pat);
-        Py_XDECREF(shp);
-    } else {
-        return 0;
-    }
-    if (key == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    PyObject *plan = PyDict_GetItemWithError(plans, key); /* borrowed */
-    Py_DECREF(key);
-    if (plan == NULL || Py_TYPE(plan) != plan_t) {
-        PyErr_Clear();
-        return 0;  /* (no plan yet: the Python path makes it) */
-    }
+/* The launch of `plan` (a _Plan, referenced by the caller) for out = fn(a, b or value): as fast() */
+static int with_plan(PyObject *plan, PyObject *ins, PyObject *out, PyObject *a, PyObject *b, PyObject *value,
+                     PyObject *handle) {
     /* _Plan.kernel: the vector kernel where every pointer it loads or stores as a vector is aligned */
     int vec = 0;
     PyObject *vspec = SLOT(plan, k2_off[K2_VSPEC]);
@@ -253,6 +192,76 @@ static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
     }
     Py_DECREF(err);
     return 1;
+}
+
+/* The launch: 1 done, 0 declined (nothing done, no error set: elementwise.elementwise runs it), -1 raised */
+static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
+    if (!PyList_CheckExact(ins) || !PyList_CheckExact(outs) || PyList_GET_SIZE(outs) < 1 || PyList_GET_SIZE(ins) < 1)
+        return 0;
+    PyObject *pd = plain_dict(prim, &prim_plain), *ld = plain_dict(lane, &lane_plain);
+    if (pd == NULL || ld == NULL)
+        return 0;
+    PyObject *fn = DGET(pd, s_fn), *ops = DGET(pd, s_operands), *ctx = DGET(ld, s_ctx), *handle = DGET(ld, s_handle);
+    if (fn == NULL || ops == NULL || ctx == NULL || handle == NULL || !PyUnicode_CheckExact(fn) ||
+        !PyTuple_CheckExact(ops) || PyTuple_GET_SIZE(ops) != 2) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (fn == s_power || PyUnicode_Compare(fn, s_power) == 0)
+        return 0;
+    PyObject *o0 = PyTuple_GET_ITEM(ops, 0), *o = PyTuple_GET_ITEM(ops, 1);
+    if (!PyLong_CheckExact(o0) || PyLong_AsLong(o0) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *out = PyList_GET_ITEM(outs, 0), *a = PyList_GET_ITEM(ins, 0), *b = NULL, *value = NULL, *key = NULL;
+    if (!is_array(out) || !is_array(a))
+        return 0;
+    PyObject *size = SLOT(out, a_off[A_SIZE]);
+    if (!PyLong_CheckExact(size) || PyObject_Not(size))
+        return 0;  /* (an empty output: elementwise.run returns at once) */
+    if (PyLong_CheckExact(o)) {  /* an array and an array: (fn, (dt, dt), (shape, shape), shape, dtype, ctx) */
+        Py_ssize_t k = PyLong_AsSsize_t(o);
+        if (k < 0 || k >= PyList_GET_SIZE(ins) || !is_array(b = PyList_GET_ITEM(ins, k))) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), SLOT(b, a_off[A_DTYPE]));
+        PyObject *shp = PyTuple_Pack(2, SLOT(a, a_off[A_SHAPE]), SLOT(b, a_off[A_SHAPE]));
+        if (pat != NULL && shp != NULL)
+            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
+        Py_XDECREF(pat);
+        Py_XDECREF(shp);
+    } else if (Py_TYPE(o) == scalar_t && (value = SLOT(o, value_off)) != NULL && py_type(value) != NULL) {
+        /* an array and a scalar: (fn, (dt, type), (shape,), shape, dtype, ctx); comparisons left to Python */
+        int cmp = PySet_Contains(compare, fn);
+        if (cmp != 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), py_type(value));
+        PyObject *shp = PyTuple_Pack(1, SLOT(a, a_off[A_SHAPE]));
+        if (pat != NULL && shp != NULL)
+            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
+        Py_XDECREF(pat);
+        Py_XDECREF(shp);
+    } else {
+        return 0;
+    }
+    if (key == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *plan = PyDict_GetItemWithError(plans, key); /* borrowed */
+    Py_DECREF(key);
+    if (plan == NULL || Py_TYPE(plan) != plan_t) {
+        PyErr_Clear();
+        return 0;  /* (no plan yet: the Python path makes it) */
+    }
+    Py_INCREF(plan);  /* (a scalar's converter runs Python: the plan stays while it is used) */
+    int r = with_plan(plan, ins, out, a, b, value, handle);
+    Py_DECREF(plan);
+    return r;
 }
 
 static PyObject *ew(PyObject *self, PyObject *const *a, Py_ssize_t n) {
