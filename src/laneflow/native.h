@@ -88,6 +88,20 @@ static inline PyObject *plain_dict(PyObject *o, Plain *g) {
     return dict;
 }
 
+/* An entry point's checks: its module's init ran (ready) and it got `want` arguments; 0, or -1 with the
+   error set (usage: the call's signature, for the message) */
+static inline int entry_checks(int ready, const char *module, Py_ssize_t n, Py_ssize_t want, const char *usage) {
+    if (!ready) {
+        PyErr_Format(PyExc_RuntimeError, "%s: init was not called", module);
+        return -1;
+    }
+    if (n != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", usage, want, n);
+        return -1;
+    }
+    return 0;
+}
+
 /* d[name] (borrowed), or NULL: missing (no error) or an error (set) */
 #define DGET(d, name) PyDict_GetItemWithError((d), (name))
 

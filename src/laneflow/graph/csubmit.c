@@ -20,7 +20,7 @@
 #include <string.h>
 
 static PyTypeObject *node_t, *buf_t, *cmd_t, *point_t;
-static PyObject *stats, *tracing, *empty_tuple, *zero, *base_kernel_of;
+static PyObject *stats, *empty_tuple, *zero, *base_kernel_of;
 
 static const char *const N_SLOTS[] = {"shape", "dtype", "device", "stream", "prim", "inputs", "siblings", "buffer",
                                 "users", "arrays"};
@@ -52,7 +52,7 @@ static PyObject *tracing_dict;
 
 static PyObject *s_kind, *s_lane_for, *s_one_allocation, *s_donates, *s_name, *s_closed, *s_backend, *s_encoder,
     *s_lanes, *s_clock, *s_submitted, *s_allocate, *s_kernel_of, *s_kernel, *s_enqueue_fast, *s_enqueue, *s_submit, *s_active, *s_in_views,
-    *s_placeholder, *s_constant, *s_raw, *s_waw, *s_war, *s_same, *s_elided;
+    *s_placeholder, *s_constant;
 
 /* init(ArrayData, Buffer, Command, Point, STATS, tracing module, Backend.kernel_of) */
 static PyObject *init(PyObject *self, PyObject *args) {
@@ -72,8 +72,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     INTERN(s_clock, "clock"); INTERN(s_submitted, "submitted"); INTERN(s_allocate, "allocate");
     INTERN(s_kernel_of, "kernel_of"); INTERN(s_kernel, "kernel"); INTERN(s_enqueue_fast, "enqueue_fast"); INTERN(s_enqueue, "_enqueue"); INTERN(s_submit, "submit");
     INTERN(s_active, "active"); INTERN(s_in_views, "in_views"); INTERN(s_placeholder, "placeholder");
-    INTERN(s_constant, "constant"); INTERN(s_raw, "raw"); INTERN(s_waw, "waw"); INTERN(s_war, "war");
-    INTERN(s_same, "same_lane_deps"); INTERN(s_elided, "waits_elided");
+    INTERN(s_constant, "constant");
 #undef INTERN
     if (empty_tuple == NULL && (empty_tuple = PyTuple_New(0)) == NULL)
         return NULL;
@@ -94,7 +93,6 @@ static PyObject *init(PyObject *self, PyObject *args) {
     Py_XSETREF(cmd_t, (PyTypeObject *)Py_NewRef(ct));
     Py_XSETREF(point_t, (PyTypeObject *)Py_NewRef(pt));
     Py_XSETREF(stats, Py_NewRef(st));
-    Py_XSETREF(tracing, Py_NewRef(tr));
     Py_XSETREF(base_kernel_of, Py_NewRef(ko));
     Py_RETURN_NONE;
 }

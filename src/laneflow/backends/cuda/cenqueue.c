@@ -272,14 +272,8 @@ done:
 }
 
 static PyObject *enqueue(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (cmd_t == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "cenqueue: init was not called");
+    if (entry_checks(cmd_t != NULL, "cenqueue", n, 2, "enqueue(lane, cmd)"))
         return NULL;
-    }
-    if (n != 2) {
-        PyErr_SetString(PyExc_TypeError, "enqueue(lane, cmd)");
-        return NULL;
-    }
     int r = enqueue_(a[0], a[1]);
     if (r < 0)
         return NULL;

@@ -265,14 +265,8 @@ static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
 }
 
 static PyObject *ew(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (plans == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "celementwise: init was not called");
+    if (entry_checks(plans != NULL, "celementwise", n, 4, "ew(lane, prim, ins, outs)"))
         return NULL;
-    }
-    if (n != 4) {
-        PyErr_SetString(PyExc_TypeError, "ew(lane, prim, ins, outs)");
-        return NULL;
-    }
     int r = fast(a[0], a[1], a[2], a[3]);
     if (r > 0)
         Py_RETURN_NONE;
