@@ -180,8 +180,12 @@ def capture(g, o) -> None:
             else:
                 g.updates += 1
         if o.exec is None:
+            # No cuGraphUpload on the capture lane: the first launch uploads in its own stream. A
+            # graph uploaded on one stream and launched on another at once sometimes never finished
+            # its first launch under load (2026-12-05, H100: 19 of ~150 runs of test_compile*.py in six
+            # processes failed, each log read a hang; ``tools/hang_diag.py`` showed only the launching
+            # stream busy, at that launch; none of 174 runs without the upload hung).
             o.exec = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-            check(cu.cuGraphUpload(o.exec, s0), "cuGraphUpload")
     except BaseException:
         g._free_temps(temps)
         raise
