@@ -16,11 +16,12 @@ is a separate numpy implementation, written differently (einsum per head, float6
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -326,7 +327,7 @@ def block(params: Mapping[str, Any], i: int, h: Any, cfg: GPT2Config, ops: Ops, 
     gives the attention output; the forward attends causally, a decode step to its KV cache
     (``models/gpt2_decode.py``). With a ``shard`` the block computes its heads and MLP columns and
     reduces the two output projections over the ranks."""
-    P, p = params, f"{PREFIX}h.{i}."
+    P, n = params, _layer_names(i)
     b, t, d = h.shape
     nh, dh, eps = cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
     reduce = None
@@ -337,18 +338,43 @@ def block(params: Mapping[str, Any], i: int, h: Any, cfg: GPT2Config, ops: Ops, 
     def heads(x):  # (b, t, w) -> (b, heads, t, head_dim)
         return x.reshape(b, t, nh, dh).transpose(0, 2, 1, 3)
 
-    def project(x, name):  # x @ W + bias, the partial products summed over the ranks first
-        y = x @ P[p + name + ".weight"]
-        return (y if reduce is None else reduce(y)) + P[p + name + ".bias"]
+    def project(x, weight, bias):  # x @ W + bias, the partial products summed over the ranks first
+        y = x @ P[weight]
+        return (y if reduce is None else reduce(y)) + P[bias]
 
-    a = ops.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
-    qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+    a = ops.layer_norm(h, P[n.ln_1_w], P[n.ln_1_b], eps)
+    qkv = a @ P[n.attn_w] + P[n.attn_b]
     q, k, v = heads(qkv[..., :w]), heads(qkv[..., w:2 * w]), heads(qkv[..., 2 * w:])
     y = attend(q, k, v, i).transpose(0, 2, 1, 3).reshape(b, t, w)
-    h = h + project(y, "attn.c_proj")
-    m = ops.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
-    m = ops.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
-    return h + project(m, "mlp.c_proj")
+    h = h + project(y, n.proj_w, n.proj_b)
+    m = ops.layer_norm(h, P[n.ln_2_w], P[n.ln_2_b], eps)
+    m = ops.gelu(m @ P[n.fc_w] + P[n.fc_b])
+    return h + project(m, n.mlp_proj_w, n.mlp_proj_b)
+
+
+class _LayerNames(NamedTuple):
+    ln_1_w: str
+    ln_1_b: str
+    attn_w: str
+    attn_b: str
+    proj_w: str
+    proj_b: str
+    ln_2_w: str
+    ln_2_b: str
+    fc_w: str
+    fc_b: str
+    mlp_proj_w: str
+    mlp_proj_b: str
+
+
+@functools.lru_cache(maxsize=None)
+def _layer_names(i: int) -> _LayerNames:
+    """Block ``i``'s parameter names, made once: a forward looks up about 150 of them, and a name built
+    anew (a fresh string) is hashed anew at each lookup."""
+    p = f"{PREFIX}h.{i}."
+    return _LayerNames(*(p + k for k in ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                         "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                         "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")))
 
 
 def head(params: Mapping[str, Any], h: Any, cfg: GPT2Config, ops: Ops) -> Any:
