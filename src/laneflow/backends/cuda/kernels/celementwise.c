@@ -15,6 +15,8 @@
 
 #include "../../../native.h"
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 static PyObject *plans, *python_ew, *failed, *compare, *to_f32;
 static PyTypeObject *scalar_t, *array_t, *pair_t, *plan_t, *kernel_t;
@@ -25,8 +27,8 @@ static const char *const K2_SLOTS[] = {"kern", "vspec", "vkern", "vptrs"};
 enum { K2_KERN, K2_VSPEC, K2_VKERN, K2_VPTRS, K2_N };
 static const char *const PL_SLOTS[] = {"steps", "grid", "tail", "vgrid", "vtail"};
 enum { PL_STEPS, PL_GRID, PL_TAIL, PL_VGRID, PL_VTAIL, PL_N };
-static const char *const KN_SLOTS[] = {"name", "_pack", "_block", "_argv_addr", "_dims", "_launch", "_f"};
-enum { KN_NAME, KN_PACK, KN_BLOCK, KN_ARGV, KN_DIMS, KN_LAUNCH, KN_F, KN_N };
+static const char *const KN_SLOTS[] = {"name", "_pack", "_block", "_argv_addr", "_dims", "_launch", "_f", "params"};
+enum { KN_NAME, KN_PACK, KN_BLOCK, KN_ARGV, KN_DIMS, KN_LAUNCH, KN_F, KN_PARAMS, KN_N };
 static Py_ssize_t a_off[A_N], k2_off[K2_N], pl_off[PL_N], kn_off[KN_N], value_off;
 static PyObject *s_fn, *s_operands, *s_ctx, *s_handle, *s_power;
 static PyObject *zero, *one, *block_x;
@@ -108,6 +110,93 @@ static int aligned(PyObject *arr) {  /* arr.ptr % 16 == 0: 1, 0; -1 when the poi
     return (v & 15) == 0;
 }
 
+/* The kernel's n parameters written straight into its block, each at its address in the kernel's pointer
+   array (Kernel._argv), as its struct's pack_into writes them: 1 written, 0 not (a parameter code or a
+   value of a type this does not take, or one out of its type's range: the caller packs with the struct,
+   which writes the whole block again, or raises what it raises). Pointers and integers must be exact
+   ints, floats exact floats (a float rounded to a C float as struct's "f" rounds it, and refused where
+   struct raises: finite, but beyond a C float's range).
+   Why: struct.pack_into through numpy's buffer protocol was a tenth of an uncached add's host time (the
+   fake driver, py-spy). */
+static int pack_direct(PyObject *kern, PyObject *const *vals, Py_ssize_t n) {
+    PyObject *params = SLOT(kern, kn_off[KN_PARAMS]);
+    if (params == NULL || !PyUnicode_CheckExact(params) || !PyUnicode_IS_ASCII(params) ||
+        PyUnicode_GET_LENGTH(params) != n)
+        return 0;
+    const char *codes = (const char *)PyUnicode_1BYTE_DATA(params);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        switch (codes[j]) {
+        case 'p': case 'Q': case 'q': case 'i': case 'I':
+            if (!PyLong_CheckExact(vals[j]))
+                return 0;
+            break;
+        case 'f': case 'd':
+            if (!PyFloat_CheckExact(vals[j]))
+                return 0;
+            break;
+        default:
+            return 0;
+        }
+    }
+    const unsigned long long *argv = PyLong_AsVoidPtr(SLOT(kern, kn_off[KN_ARGV]));
+    if (argv == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        void *at = (void *)(uintptr_t)argv[j];
+        PyObject *v = vals[j];
+        switch (codes[j]) {
+        case 'p': case 'Q': {
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred())
+                goto refuse;
+            memcpy(at, &u, 8);
+            break;
+        }
+        case 'q': {
+            long long q = PyLong_AsLongLong(v);
+            if (q == -1 && PyErr_Occurred())
+                goto refuse;
+            memcpy(at, &q, 8);
+            break;
+        }
+        case 'i': {
+            long long q = PyLong_AsLongLong(v);
+            if ((q == -1 && PyErr_Occurred()) || q < INT32_MIN || q > INT32_MAX)
+                goto refuse;
+            int32_t i = (int32_t)q;
+            memcpy(at, &i, 4);
+            break;
+        }
+        case 'I': {
+            long long q = PyLong_AsLongLong(v);
+            if ((q == -1 && PyErr_Occurred()) || q < 0 || q > UINT32_MAX)
+                goto refuse;
+            uint32_t i = (uint32_t)q;
+            memcpy(at, &i, 4);
+            break;
+        }
+        case 'f': {
+            double d = PyFloat_AS_DOUBLE(v);
+            float f = (float)d;
+            if (isinf(f) && !isinf(d))
+                return 0;  /* (struct raises OverflowError: the caller's pack_into raises it) */
+            memcpy(at, &f, 4);
+            break;
+        }
+        default: {  /* 'd' */
+            double d = PyFloat_AS_DOUBLE(v);
+            memcpy(at, &d, 8);
+        }
+        }
+    }
+    return 1;
+refuse:
+    PyErr_Clear();
+    return 0;
+}
+
 /* The launch of `plan` (a _Plan, referenced by the caller) for out = fn(a, b or value): as fast() */
 static int with_plan(PyObject *plan, PyObject *ins, PyObject *out, PyObject *a, PyObject *b, PyObject *value,
                      PyObject *handle) {
@@ -167,13 +256,16 @@ static int with_plan(PyObject *plan, PyObject *ins, PyObject *out, PyObject *a, 
     PyObject *pa[2 + 3 + 8] = {SLOT(kern, kn_off[KN_BLOCK]), zero, SLOT(out, a_off[A_PTR]), SLOT(a, a_off[A_PTR]), third};
     for (Py_ssize_t j = 0; j < nt; j++)
         pa[5 + j] = PyTuple_GET_ITEM(tail, j);
-    PyObject *packed = PyObject_Vectorcall(SLOT(kern, kn_off[KN_PACK]), pa, 5 + nt, NULL);
-    Py_DECREF(third);
-    if (packed == NULL) {
-        PyErr_Clear();
-        return 0;
+    if (!pack_direct(kern, pa + 2, 3 + nt)) {
+        PyObject *packed = PyObject_Vectorcall(SLOT(kern, kn_off[KN_PACK]), pa, 5 + nt, NULL);
+        if (packed == NULL) {
+            Py_DECREF(third);
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(packed);
     }
-    Py_DECREF(packed);
+    Py_DECREF(third);
     /* Kernel.launch's driver call: _launch(_f, gx, gy, gz, 256, 1, 1, 0, stream, _argv_addr); nothing was
        done until here, so any failure above left it to the Python path */
     PyObject *la[10] = {SLOT(kern, kn_off[KN_F]), PyTuple_GET_ITEM(grid, 0), PyTuple_GET_ITEM(grid, 1),
