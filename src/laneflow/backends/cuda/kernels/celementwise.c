@@ -27,8 +27,9 @@ static const char *const K2_SLOTS[] = {"kern", "vspec", "vkern", "vptrs"};
 enum { K2_KERN, K2_VSPEC, K2_VKERN, K2_VPTRS, K2_N };
 static const char *const PL_SLOTS[] = {"steps", "grid", "tail", "vgrid", "vtail"};
 enum { PL_STEPS, PL_GRID, PL_TAIL, PL_VGRID, PL_VTAIL, PL_N };
-static const char *const KN_SLOTS[] = {"name", "_pack", "_block", "_argv_addr", "_dims", "_launch", "_f", "params"};
-enum { KN_NAME, KN_PACK, KN_BLOCK, KN_ARGV, KN_DIMS, KN_LAUNCH, KN_F, KN_PARAMS, KN_N };
+static const char *const KN_SLOTS[] = {"name", "_pack", "_block", "_argv_addr", "_dims", "_launch", "_f", "params",
+                                       "_argv"};
+enum { KN_NAME, KN_PACK, KN_BLOCK, KN_ARGV, KN_DIMS, KN_LAUNCH, KN_F, KN_PARAMS, KN_ARGV_ARRAY, KN_N };
 static Py_ssize_t a_off[A_N], k2_off[K2_N], pl_off[PL_N], kn_off[KN_N], value_off;
 static PyObject *s_fn, *s_operands, *s_ctx, *s_handle, *s_power;
 static PyObject *zero, *one, *block_x;
@@ -114,8 +115,9 @@ static int aligned(PyObject *arr) {  /* arr.ptr % 16 == 0: 1, 0; -1 when the poi
    array (Kernel._argv), as its struct's pack_into writes them: 1 written, 0 not (a parameter code or a
    value of a type this does not take, or one out of its type's range: the caller packs with the struct,
    which writes the whole block again, or raises what it raises). Pointers and integers must be exact
-   ints, floats exact floats (a float rounded to a C float as struct's "f" rounds it, and refused where
-   struct raises: finite, but beyond a C float's range).
+   ints, floats exact floats but NaN (a float rounded to a C float as struct's "f" rounds it, and refused
+   where struct raises: finite, but beyond a C float's range). The padding between parameters is left
+   as it is (zero: nothing else writes the block).
    Why: struct.pack_into through numpy's buffer protocol was a tenth of an uncached add's host time (the
    fake driver, py-spy). */
 static int pack_direct(PyObject *kern, PyObject *const *vals, Py_ssize_t n) {
@@ -123,6 +125,12 @@ static int pack_direct(PyObject *kern, PyObject *const *vals, Py_ssize_t n) {
     if (params == NULL || !PyUnicode_CheckExact(params) || !PyUnicode_IS_ASCII(params) ||
         PyUnicode_GET_LENGTH(params) != n)
         return 0;
+    /* (the pointer array was made for the codes the kernel was built with: a kernel whose params were
+       reassigned since is left to its struct, which refuses a wrong count) */
+    if (PyObject_Length(SLOT(kern, kn_off[KN_ARGV_ARRAY])) != n) {
+        PyErr_Clear();
+        return 0;
+    }
     const char *codes = (const char *)PyUnicode_1BYTE_DATA(params);
     for (Py_ssize_t j = 0; j < n; j++) {
         switch (codes[j]) {
@@ -130,8 +138,8 @@ static int pack_direct(PyObject *kern, PyObject *const *vals, Py_ssize_t n) {
             if (!PyLong_CheckExact(vals[j]))
                 return 0;
             break;
-        case 'f': case 'd':
-            if (!PyFloat_CheckExact(vals[j]))
+        case 'f': case 'd':  /* (a NaN goes to the struct: how it packs a signalling NaN is the version's) */
+            if (!PyFloat_CheckExact(vals[j]) || isnan(PyFloat_AS_DOUBLE(vals[j])))
                 return 0;
             break;
         default:
