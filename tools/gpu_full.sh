@@ -24,7 +24,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/env.txt"
 python3 -c "import sys, numpy, cuda.bindings, nvmath; print(sys.version.split()[0], 'numpy', numpy.__version__, 'cuda-bindings', cuda.bindings.__version__, 'nvmath', nvmath.__version__)" >>"$OUT/env.txt" 2>&1
 
 # A test that blocks in a driver call past 120 s (a hang) ends its part with every thread's stack in the
-# part's log (pytest-timeout's thread method; the signal method cannot interrupt a blocked C call).
+# part's log (pytest-timeout's thread method; the signal method cannot interrupt a blocked C call). Before
+# that, past HANG_DIAG_S seconds (default 90), tools/hang_diag.py prints every CUDA stream's state there.
 # PARTS pytest processes side by side (default 3; the suite is bound by NVRTC compiles on the host, 16
 # cores there): the test files are dealt out by size, largest first, each to the part with the least so far.
 # PARTS=0 runs none (the array API suite, the alone part, the fuzzer or benches only).
@@ -52,7 +53,8 @@ fi
 part=0
 while read -r files; do
   part=$((part + 1))
-  timeout ${PART_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider $files -m "not alone" --timeout=120 --timeout-method=thread \
+  PYTHONPATH=${PYTHONPATH:-}:$PWD/tools HANG_DIAG_S=${HANG_DIAG_S:-90} \
+  timeout ${PART_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -p hang_diag $files -m "not alone" --timeout=120 --timeout-method=thread \
     --tb=short --durations=5 >"$OUT/pytest-$part.log" 2>&1 &
   eval "P_$part=$!"
 done <"$OUT/parts.txt"
