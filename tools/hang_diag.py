@@ -14,12 +14,12 @@ free stream or a host word behind its CPU lane's fence points at a wait that is 
 
 from __future__ import annotations
 
-import faulthandler
 import gc
 import os
 import sys
 import threading
 import time
+import traceback
 
 _state = {"test": None, "since": 0.0, "dumped": None}
 
@@ -33,9 +33,9 @@ def _query(fn, handle) -> str:
 
 
 def dump(out=sys.stderr) -> None:
-    from cuda.bindings import driver as cu
-
     from laneflow.backends.cuda import hostsync, lanes, memory
+
+    cu = lanes.cu  # (the driver laneflow calls: the tests' fake driver where it is installed)
 
     p = lambda *a: print(*a, file=out, flush=True)  # noqa: E731
     p(f"===== hang_diag: {_state['test']} running for {time.monotonic() - _state['since']:.0f} s =====")
@@ -63,7 +63,10 @@ def dump(out=sys.stderr) -> None:
         except Exception as e:  # noqa: BLE001
             p(f"({type(o).__name__}: {e!r})")
     p("----- threads -----")
-    faulthandler.dump_traceback(file=out, all_threads=True)
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        p(f"thread {names.get(ident, ident)}:")
+        p("".join(traceback.format_stack(frame)).rstrip())
     p("===== hang_diag end =====")
 
 

@@ -96,6 +96,7 @@ FAKES = {
     "cuDeviceGetName": lambda n, dev: (OK, b"fake GPU"), "cuGetErrorName": lambda e: (OK, _error_name(e)),
     "cuStreamCreate": _handle, "cuStreamDestroy": _stream_destroy, "cuStreamSynchronize": _ok, "cuStreamWaitEvent": _ok,
     "cuStreamWaitValue64": _ok, "cuEventCreate": _handle, "cuEventRecord": _on_live_stream("cuEventRecord"), "cuEventQuery": _ok,
+    "cuStreamQuery": _on_live_stream("cuStreamQuery"),
     "cuEventSynchronize": _ok, "cuEventDestroy": _ok, "cuEventElapsedTime": lambda a, b: (OK, 0.001),
     "cuMemPoolCreate": _handle, "cuMemPoolSetAttribute": _ok, "cuMemPoolGetAttribute": lambda *a: (OK, 0),
     "cuDeviceGetDefaultMemPool": _handle, "cuMemAllocFromPoolAsync": lambda n, pool, s: (OK, next(_ptrs)),
