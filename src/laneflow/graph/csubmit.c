@@ -170,27 +170,28 @@ static int follows(PyObject *p, PyObject *lane, PyObject *clock) {
 
 /* encoder._hazards_on: counts[4] = raw, waw, war, covered; 1 when every point is on lane or covered,
    0 when the general path must place the command, -1 on an error */
+/* buffer b's writer, if any, as one hazard of the kind *kind counts: 1 counted (or none), else follows()'s */
+static int writer_hazard(PyObject *b, PyObject *lane, PyObject *clock, long *kind, long *covered) {
+    PyObject *w = SLOT(b, b_off[B_WRITER]);
+    if (w == NULL || w == Py_None)
+        return 1;
+    int f = follows(w, lane, clock);
+    if (f <= 0)
+        return f;
+    *covered += f == 2;
+    ++*kind;
+    return 1;
+}
+
 static int hazards_on(PyObject *lane, PyObject *clock, PyObject *reads, PyObject *out, long *counts) {
     long raw = 0, waw = 0, war = 0, covered = 0;
+    int f;
     Py_ssize_t nr = PyList_GET_SIZE(reads);
-    for (Py_ssize_t k = 0; k < nr; k++) {
-        PyObject *w = SLOT(PyList_GET_ITEM(reads, k), b_off[B_WRITER]);
-        if (w != NULL && w != Py_None) {
-            int f = follows(w, lane, clock);
-            if (f <= 0)
-                return f;
-            covered += f == 2;
-            raw++;
-        }
-    }
-    PyObject *w = SLOT(out, b_off[B_WRITER]);
-    if (w != NULL && w != Py_None) {
-        int f = follows(w, lane, clock);
-        if (f <= 0)
+    for (Py_ssize_t k = 0; k < nr; k++)
+        if ((f = writer_hazard(PyList_GET_ITEM(reads, k), lane, clock, &raw, &covered)) <= 0)
             return f;
-        covered += f == 2;
-        waw++;
-    }
+    if ((f = writer_hazard(out, lane, clock, &waw, &covered)) <= 0)
+        return f;
     PyObject *rd = SLOT(out, b_off[B_READERS]);
     if (rd == NULL || !PyDict_Check(rd))
         return 0;

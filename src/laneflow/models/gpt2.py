@@ -342,39 +342,29 @@ def block(params: Mapping[str, Any], i: int, h: Any, cfg: GPT2Config, ops: Ops, 
         y = x @ P[weight]
         return (y if reduce is None else reduce(y)) + P[bias]
 
-    a = ops.layer_norm(h, P[n.ln_1_w], P[n.ln_1_b], eps)
-    qkv = a @ P[n.attn_w] + P[n.attn_b]
+    a = ops.layer_norm(h, P[n.ln_1_weight], P[n.ln_1_bias], eps)
+    qkv = a @ P[n.attn_c_attn_weight] + P[n.attn_c_attn_bias]
     q, k, v = heads(qkv[..., :w]), heads(qkv[..., w:2 * w]), heads(qkv[..., 2 * w:])
     y = attend(q, k, v, i).transpose(0, 2, 1, 3).reshape(b, t, w)
-    h = h + project(y, n.proj_w, n.proj_b)
-    m = ops.layer_norm(h, P[n.ln_2_w], P[n.ln_2_b], eps)
-    m = ops.gelu(m @ P[n.fc_w] + P[n.fc_b])
-    return h + project(m, n.mlp_proj_w, n.mlp_proj_b)
+    h = h + project(y, n.attn_c_proj_weight, n.attn_c_proj_bias)
+    m = ops.layer_norm(h, P[n.ln_2_weight], P[n.ln_2_bias], eps)
+    m = ops.gelu(m @ P[n.mlp_c_fc_weight] + P[n.mlp_c_fc_bias])
+    return h + project(m, n.mlp_c_proj_weight, n.mlp_c_proj_bias)
 
 
-class _LayerNames(NamedTuple):
-    ln_1_w: str
-    ln_1_b: str
-    attn_w: str
-    attn_b: str
-    proj_w: str
-    proj_b: str
-    ln_2_w: str
-    ln_2_b: str
-    fc_w: str
-    fc_b: str
-    mlp_proj_w: str
-    mlp_proj_b: str
+#: a block's parameters, by their names after ``transformer.h.{i}.``
+_BLOCK_PARAMS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                 "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                 "mlp.c_proj.weight", "mlp.c_proj.bias")
+#: block i's full parameter names, each field named after its parameter (``ln_1.weight``: ``ln_1_weight``)
+_LayerNames = NamedTuple("_LayerNames", [(k.replace(".", "_"), str) for k in _BLOCK_PARAMS])
 
 
 @functools.lru_cache(maxsize=None)
 def _layer_names(i: int) -> _LayerNames:
     """Block ``i``'s parameter names, made once: a forward looks up about 150 of them, and a name built
     anew (a fresh string) is hashed anew at each lookup."""
-    p = f"{PREFIX}h.{i}."
-    return _LayerNames(*(p + k for k in ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                         "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                         "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")))
+    return _LayerNames(*(f"{PREFIX}h.{i}.{k}" for k in _BLOCK_PARAMS))
 
 
 def head(params: Mapping[str, Any], h: Any, cfg: GPT2Config, ops: Ops) -> Any:

@@ -132,71 +132,50 @@ static int pack_direct(PyObject *kern, PyObject *const *vals, Py_ssize_t n) {
         return 0;
     }
     const char *codes = (const char *)PyUnicode_1BYTE_DATA(params);
-    for (Py_ssize_t j = 0; j < n; j++) {
-        switch (codes[j]) {
-        case 'p': case 'Q': case 'q': case 'i': case 'I':
-            if (!PyLong_CheckExact(vals[j]))
-                return 0;
-            break;
-        case 'f': case 'd':  /* (a NaN goes to the struct: how it packs a signalling NaN is the version's) */
-            if (!PyFloat_CheckExact(vals[j]) || isnan(PyFloat_AS_DOUBLE(vals[j])))
-                return 0;
-            break;
-        default:
-            return 0;
-        }
-    }
     const unsigned long long *argv = PyLong_AsVoidPtr(SLOT(kern, kn_off[KN_ARGV]));
-    if (argv == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
+    if (argv == NULL)
+        goto refuse;
+    /* (a refusal part way leaves some parameters written: the caller's pack_into writes them all again) */
     for (Py_ssize_t j = 0; j < n; j++) {
         void *at = (void *)(uintptr_t)argv[j];
         PyObject *v = vals[j];
-        switch (codes[j]) {
-        case 'p': case 'Q': {
-            unsigned long long u = PyLong_AsUnsignedLongLong(v);
-            if (u == (unsigned long long)-1 && PyErr_Occurred())
-                goto refuse;
-            memcpy(at, &u, 8);
-            break;
-        }
-        case 'q': {
-            long long q = PyLong_AsLongLong(v);
-            if (q == -1 && PyErr_Occurred())
-                goto refuse;
-            memcpy(at, &q, 8);
-            break;
-        }
-        case 'i': {
-            long long q = PyLong_AsLongLong(v);
-            if ((q == -1 && PyErr_Occurred()) || q < INT32_MIN || q > INT32_MAX)
-                goto refuse;
-            int32_t i = (int32_t)q;
-            memcpy(at, &i, 4);
-            break;
-        }
-        case 'I': {
-            long long q = PyLong_AsLongLong(v);
-            if ((q == -1 && PyErr_Occurred()) || q < 0 || q > UINT32_MAX)
-                goto refuse;
-            uint32_t i = (uint32_t)q;
-            memcpy(at, &i, 4);
-            break;
-        }
-        case 'f': {
+        char c = codes[j];
+        if (c == 'f' || c == 'd') {  /* (a NaN goes to the struct: how it packs a signalling NaN is the version's) */
+            if (!PyFloat_CheckExact(v) || isnan(PyFloat_AS_DOUBLE(v)))
+                return 0;
             double d = PyFloat_AS_DOUBLE(v);
+            if (c == 'd') {
+                memcpy(at, &d, 8);
+                continue;
+            }
             float f = (float)d;
             if (isinf(f) && !isinf(d))
                 return 0;  /* (struct raises OverflowError: the caller's pack_into raises it) */
             memcpy(at, &f, 4);
-            break;
+            continue;
         }
-        default: {  /* 'd' */
-            double d = PyFloat_AS_DOUBLE(v);
-            memcpy(at, &d, 8);
+        if (!PyLong_CheckExact(v))
+            return 0;
+        if (c == 'p' || c == 'Q') {
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred())
+                goto refuse;
+            memcpy(at, &u, 8);
+            continue;
         }
+        long long q = PyLong_AsLongLong(v);
+        if (q == -1 && PyErr_Occurred())
+            goto refuse;
+        if (c == 'q') {
+            memcpy(at, &q, 8);
+        } else if (c == 'i' && q >= INT32_MIN && q <= INT32_MAX) {
+            int32_t i = (int32_t)q;
+            memcpy(at, &i, 4);
+        } else if (c == 'I' && q >= 0 && q <= UINT32_MAX) {
+            uint32_t i = (uint32_t)q;
+            memcpy(at, &i, 4);
+        } else {
+            return 0;  /* (another code, or out of its range) */
         }
     }
     return 1;
