@@ -211,4 +211,11 @@ def test_a_compiled_step_with_device_checks_keeps_its_donated_buffer_checks_boun
             buf = f(buf, table, lf.array(np.int64(k % 6)))
             sizes.append(len(buf._data.buffer.checks or ()) if buf._data.buffer is not None else 0)
         np.testing.assert_array_equal(np.asarray(buf), np.arange(12.0).reshape(6, 2))
-    assert max(sizes[60:]) <= 8, sizes
+    # a check is known to have passed once an event after its command has: a CUDA lane records one
+    # every MARK_EVERY commands by itself (lazy events), so up to that many ride along between two
+    bound = 8
+    if device.type == "gpu":
+        from laneflow.backends.cuda import lanes
+
+        bound += lanes.MARK_EVERY
+    assert max(sizes[60:]) <= bound, sizes

@@ -120,6 +120,8 @@ R.install()
 import numpy as np
 import laneflow as lf
 import test_fuzz as TF
+import laneflow.backends.cuda.lanes as L
+L.MARK_EVERY = {mark_every}
 if {broken}:
     from laneflow.backends.cuda.lanes import CudaLane
     CudaLane._enqueue_wait = lambda self, point: None   # no cross-lane waits at all
@@ -136,19 +138,23 @@ print("errors", len(R.errors), "programs", done)
 '''
 
 
-def _eager(tmp_path, seed: int, programs: int, broken: bool = False):
-    p = run_under_fake_driver(_EAGER.format(seed=seed, programs=programs, broken=broken), tmp_path, timeout=240)
+def _eager(tmp_path, seed: int, programs: int, broken: bool = False, mark_every: int | None = None):
+    from laneflow.backends.cuda import lanes
+
+    script = _EAGER.format(seed=seed, programs=programs, broken=broken, mark_every=mark_every or lanes.MARK_EVERY)
+    p = run_under_fake_driver(script, tmp_path, timeout=240)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
     last = p.stdout.strip().splitlines()[-1].split()
     assert int(last[3]) == programs, p.stdout[-2000:]
     return int(last[1]), p.stdout
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_differential_fuzzers_programs_are_ordered_on_the_modelled_gpu(tmp_path, seed):
+@pytest.mark.parametrize("seed,mark_every", [(0, None), (1, None), (2, None), (3, 1)])
+def test_the_differential_fuzzers_programs_are_ordered_on_the_modelled_gpu(tmp_path, seed, mark_every):
     """The programs of ``tests/test_fuzz.py`` (several streams of up to 4 lanes, in-place writes,
-    cross-stream uses), eagerly on the CUDA backend: every access ordered in the model."""
-    errors, out = _eager(tmp_path, seed, programs=40)
+    cross-stream uses), eagerly on the CUDA backend: every access ordered in the model. With lazy
+    events (the default) and with an event after every command (``LANEFLOW_MARK_EVERY=1``)."""
+    errors, out = _eager(tmp_path, seed, programs=40, mark_every=mark_every)
     assert errors == 0, out[-4000:]
 
 

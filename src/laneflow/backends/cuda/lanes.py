@@ -53,11 +53,12 @@ class EventPool:
 
 #: A lane records an event after every MARK_EVERY-th command by itself (so ``value`` and the lane's
 #: load advance); any other point gets one when something needs it (a wait, a host read, a free).
-#: 1 (the default) records after every command. ``LANEFLOW_MARK_EVERY=16`` saved about 40 % of the
-#: host time of an unfused tiny-op chain on the fake driver, and passed the GPU fuzz (2,000 programs)
-#: and two thirds of the GPU suite, but one GPU run of the rest hung in a compile test (2026-12-02,
-#: not yet diagnosed: docs/perf/suite-h200-2026-12-02-lazy-events.txt), so it stays opt-in.
-MARK_EVERY = max(1, int(os.environ.get("LANEFLOW_MARK_EVERY", "1")))
+#: The default, 16, saved about 40 % of the host time of an unfused tiny-op chain on the fake driver and
+#: about a quarter of an uncached add on an H100 (docs/perf/HISTORY.md, sections 31-32); it passed the
+#: whole GPU suite and the GPU fuzz (2026-12-05, H100). ``LANEFLOW_MARK_EVERY=1`` records after every
+#: command (the old default): a lane's ``value`` then advances command by command, and a buffer's
+#: pending device checks are retired sooner (up to MARK_EVERY of them ride along otherwise).
+MARK_EVERY = max(1, int(os.environ.get("LANEFLOW_MARK_EVERY", "16")))
 
 #: The C enqueue (``cenqueue.c``: ``enqueue(lane, cmd) -> bool``) that lanes made from now on keep as
 #: ``enqueue_fast``, which the C submit path calls first; the backend installs it where it builds (None:
