@@ -59,6 +59,43 @@ def test_a_node_made_in_c_is_the_node_python_makes():
 
 
 @needs_maker
+def test_every_ops_node_made_in_c_is_the_node_python_makes():
+    """``ctape.fresh``, what ops/core.py's node calls: the node and its one array, as the Python lines
+    make them (core._fresh None), and bad arguments raise and change nothing."""
+    from laneflow.ops import core
+
+    st = lf.new_stream(lf.cpu, lanes=1)
+    a, b = _leaf(st), _leaf(st)
+    a.users, b.users = 3, 0
+    prim = Constant(np.zeros(3), "x")
+    shape, dtype = (2, 3), np.dtype("float32")
+    old = core._fresh[0]
+    try:
+        core._fresh[0] = None
+        held = core.node(prim, [a, b, a], [2, 3], dtype, st)  # (lists: made tuples on the way)
+        ref = held._data
+        core._fresh[0] = MAKER.fresh
+        got = core.node(prim, [a, b, a], [2, 3], dtype, st)
+    finally:
+        core._fresh[0] = old
+    n = got._data
+    assert type(got) is Array and type(n) is ArrayData
+    for f in FIELDS:
+        g, w = getattr(n, f), getattr(ref, f)
+        assert g == w and type(g) is type(w), f
+    assert n.inputs[0] is a and n.inputs[1] is b and n.prim is prim and n.stream is st and n.arrays == 1
+    assert (a.users, b.users) == (3 + 2 + 2, 1 + 1)
+    for args in [(prim, [a], shape, dtype, st), (prim, (a,), [2, 3], dtype, st), (prim, (a, "x"), shape, dtype, st),
+                 (prim, (a,), shape, dtype), (prim, (a,), shape, dtype, object())]:
+        with pytest.raises((TypeError, AttributeError)):
+            MAKER.fresh(*args)
+    assert (a.users, b.users) == (7, 2)
+    del got, held
+    gc.collect()
+    assert n.arrays == 0 and ref.arrays == 0
+
+
+@needs_maker
 def test_making_and_dropping_nodes_leaks_no_reference():
     st = lf.new_stream(lf.cpu, lanes=1)
     a = _leaf(st)
@@ -71,10 +108,11 @@ def test_making_and_dropping_nodes_leaks_no_reference():
         made = []
         r = MAKER.array(made, spec, prim, a)
         MAKER.node(made, spec, prim, r._data, a)
-        del r, made
+        f = MAKER.fresh(prim, (a,), shape, spec[1], st)
+        del r, made, f
     gc.collect()
     assert counts() == before
-    assert a.users == 2000  # (counts stay raised: the nodes' inputs are not released by their death)
+    assert a.users == 3000  # (counts stay raised: the nodes' inputs are not released by their death)
 
 
 @needs_maker

@@ -566,9 +566,120 @@ done:
     return res;
 }
 
+/* toposort(roots, LazyData) -> the pending nodes reachable from roots, inputs before users: schedule.py's
+   depth-first search in C, the same order (a node is emitted once all its pending inputs are; a LazyData
+   or a node with a buffer is not pending). None when a root or an input is neither an ArrayData nor a
+   LazyData, or a node's inputs are not a tuple: the Python search runs. Nothing here runs Python code
+   (the seen set hashes nodes by identity), so the nodes and their input tuples stay as they were. */
+typedef struct { PyObject *d, *ins; Py_ssize_t k; } Frame;
+
+static int pending(PyObject *x, PyTypeObject *lazy_t) {  /* 1 pending, 0 not, -1 not a node */
+    if (Py_TYPE(x) == lazy_t)
+        return 0;
+    if (Py_TYPE(x) != node_t)
+        return -1;
+    PyObject *b = SLOT(x, n_off[N_BUFFER]);
+    PyObject *ins = SLOT(x, n_off[N_INPUTS]);
+    if (ins == NULL || !PyTuple_CheckExact(ins))
+        return -1;
+    return b == NULL || b == Py_None;
+}
+
+static PyObject *toposort(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (node_t == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "csubmit: init was not called");
+        return NULL;
+    }
+    if (nargs != 2 || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "csubmit.toposort(roots, LazyData)");
+        return NULL;
+    }
+    PyTypeObject *lazy_t = (PyTypeObject *)args[1];
+    PyObject *roots = PySequence_Fast(args[0], "csubmit.toposort: roots must be a sequence");
+    if (roots == NULL)
+        return NULL;
+    PyObject *order = PyList_New(0), *seen = PySet_New(NULL), *res = NULL;
+    Py_ssize_t cap = 64, top = 0;
+    Frame *stack = PyMem_Malloc(cap * sizeof(Frame));
+    if (order == NULL || seen == NULL || stack == NULL) {
+        if (stack == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(roots); r++) {
+        PyObject *root = PySequence_Fast_GET_ITEM(roots, r);
+        int p = pending(root, lazy_t);
+        if (p < 0) {
+            res = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (!p)
+            continue;
+        int in = PySet_Contains(seen, root);
+        if (in < 0)
+            goto done;
+        if (in)
+            continue;
+        if (PySet_Add(seen, root) < 0)
+            goto done;
+        stack[0] = (Frame){root, SLOT(root, n_off[N_INPUTS]), 0};
+        top = 1;
+        while (top > 0) {
+            Frame *f = &stack[top - 1];
+            Py_ssize_t n = PyTuple_GET_SIZE(f->ins);
+            PyObject *next = NULL;
+            while (f->k < n) {
+                PyObject *i = PyTuple_GET_ITEM(f->ins, f->k);
+                f->k++;
+                int ip = pending(i, lazy_t);
+                if (ip < 0) {
+                    res = Py_NewRef(Py_None);
+                    goto done;
+                }
+                if (!ip)
+                    continue;
+                int s_in = PySet_Contains(seen, i);
+                if (s_in < 0)
+                    goto done;
+                if (!s_in) {
+                    next = i;
+                    break;
+                }
+            }
+            if (next != NULL) {
+                if (PySet_Add(seen, next) < 0)
+                    goto done;
+                if (top == cap) {
+                    Frame *grown = PyMem_Realloc(stack, 2 * cap * sizeof(Frame));
+                    if (grown == NULL) {
+                        PyErr_NoMemory();
+                        goto done;
+                    }
+                    stack = grown;
+                    cap *= 2;
+                }
+                stack[top++] = (Frame){next, SLOT(next, n_off[N_INPUTS]), 0};
+            } else {
+                top--;
+                if (PyList_Append(order, f->d) < 0)
+                    goto done;
+            }
+        }
+    }
+    res = Py_NewRef(order);
+done:
+    PyMem_Free(stack);
+    Py_DECREF(roots);
+    Py_XDECREF(order);
+    Py_XDECREF(seen);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(ArrayData, Buffer, Command, Point, STATS, tracing module, Backend.kernel_of)"},
     {"submit_one", submit_one, METH_O, "submit_one(node) -> True (submitted) or False (the Python path runs it)"},
+    {"toposort", (PyCFunction)(void (*)(void))toposort, METH_FASTCALL,
+     "toposort(roots, LazyData) -> pending nodes, inputs first (schedule.toposort's search), or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_laneflow_csubmit", NULL, -1, methods};

@@ -50,6 +50,14 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     else:
         if len(set(map(id, flat))) == len(flat):
             return flat
+    # The search in C (csubmit.c: the same order; None for a graph it does not cover), else below.
+    c = _c_toposort[0]
+    if c is _UNSET:
+        c = _c_toposort[0] = _load_c_toposort()
+    if c is not None:
+        got = c(roots, LazyData)
+        if got is not None:
+            return got
     # Iterative depth-first search over nodes (hashed by identity): a node is emitted once all its
     # pending inputs are; each stack entry is (node, index of the next input to visit).
     order: list[ArrayData] = []
@@ -75,6 +83,17 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
                 stack.pop()
                 emit(d)
     return order
+
+
+_UNSET = object()
+#: csubmit's toposort (looked up at the first search: None without the C module, or LANEFLOW_CSUBMIT=0);
+#: tests set None to compare the Python search
+_c_toposort: list = [_UNSET]
+
+
+def _load_c_toposort():
+    mod = csubmit.load()
+    return None if mod is None else mod.toposort
 
 
 def schedule(roots: Sequence[ArrayData]) -> None:

@@ -9,6 +9,8 @@
 
    node(made, spec, prim, *inputs) -> the node     spec: (shape, dtype, stream, device, arrays)
    array(made, spec, prim, *inputs) -> an Array bound to the node (the node's arrays count is spec's)
+   fresh(prim, inputs, shape, dtype, stream) -> an Array bound to a new node held by it (every op's node:
+       ops/core.py)
    same_counts(made, users, held) -> whether the made nodes' counts are the recorded ones
    step(replayer, next, spec) -> a replayed call's step (below: the compiled step of tape_steps.py, as data) */
 
@@ -44,46 +46,34 @@ static PyObject *init(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* The node of (made, spec, prim, *inputs); a new reference, appended to made. */
-static PyObject *make(PyObject *const *args, Py_ssize_t nargs) {
-    if (node_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "ctape: init was not called");
-        return NULL;
-    }
-    if (nargs < 3 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]) || PyTuple_GET_SIZE(args[1]) != 5) {
-        PyErr_SetString(PyExc_TypeError, "ctape: (made list, (shape, dtype, stream, device, arrays), prim, *inputs)");
-        return NULL;
-    }
-    Py_ssize_t n_in = nargs - 3;
-    PyObject *const *in = args + 3;
-    for (Py_ssize_t k = 0; k < n_in; k++) {  /* all checked before anything changes */
-        if (!PyObject_TypeCheck(in[k], node_type) || SLOT(in[k], node_off[USERS]) == NULL ||
-            !PyLong_CheckExact(SLOT(in[k], node_off[USERS]))) {
-            PyErr_SetString(PyExc_TypeError, "ctape: an input is not a node with a user count");
+/* A new node (a new reference): its fields, and its inputs' user counts raised by one. ``inputs``: the
+   inputs as a tuple (NULL: made here from in[0..n_in)). The inputs must have been checked (checked_inputs). */
+static PyObject *new_node(PyObject *shape, PyObject *dtype, PyObject *stream, PyObject *device, PyObject *prim,
+                          PyObject *arrays, PyObject *inputs, PyObject *const *in, Py_ssize_t n_in) {
+    if (inputs == NULL) {
+        inputs = PyTuple_New(n_in);
+        if (inputs == NULL)
             return NULL;
-        }
+        for (Py_ssize_t k = 0; k < n_in; k++)  /* (filled before anything else is allocated) */
+            PyTuple_SET_ITEM(inputs, k, Py_NewRef(in[k]));
+    } else {
+        Py_INCREF(inputs);
     }
-    PyObject *spec = args[1];
-    PyObject *inputs = PyTuple_New(n_in);
-    if (inputs == NULL)
-        return NULL;
-    for (Py_ssize_t k = 0; k < n_in; k++)  /* (filled before anything else is allocated) */
-        PyTuple_SET_ITEM(inputs, k, Py_NewRef(in[k]));
     PyObject *n = node_type->tp_alloc(node_type, 0);
     if (n == NULL) {
         Py_DECREF(inputs);
         return NULL;
     }
-    SLOT(n, node_off[SHAPE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 0));
-    SLOT(n, node_off[DTYPE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 1));
-    SLOT(n, node_off[STREAM]) = Py_NewRef(PyTuple_GET_ITEM(spec, 2));
-    SLOT(n, node_off[DEVICE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 3));
-    SLOT(n, node_off[PRIM]) = Py_NewRef(args[2]);
+    SLOT(n, node_off[SHAPE]) = Py_NewRef(shape);
+    SLOT(n, node_off[DTYPE]) = Py_NewRef(dtype);
+    SLOT(n, node_off[STREAM]) = Py_NewRef(stream);
+    SLOT(n, node_off[DEVICE]) = Py_NewRef(device);
+    SLOT(n, node_off[PRIM]) = Py_NewRef(prim);
     SLOT(n, node_off[INPUTS]) = inputs;
     SLOT(n, node_off[SIBLINGS]) = Py_NewRef(Py_None);
     SLOT(n, node_off[BUFFER]) = Py_NewRef(Py_None);
     SLOT(n, node_off[USERS]) = Py_NewRef(zero);
-    SLOT(n, node_off[ARRAYS]) = Py_NewRef(PyTuple_GET_ITEM(spec, 4));
+    SLOT(n, node_off[ARRAYS]) = Py_NewRef(arrays);
     for (Py_ssize_t k = 0; k < n_in; k++) {
         PyObject **u = &SLOT(in[k], node_off[USERS]);
         Py_ssize_t v = PyLong_AsSsize_t(*u);
@@ -100,11 +90,79 @@ static PyObject *make(PyObject *const *args, Py_ssize_t nargs) {
         }
         Py_SETREF(*u, w);
     }
+    return n;
+}
+
+/* 0 when every one of in[0..n_in) is a node with an int user count, else -1 with a TypeError */
+static int checked_inputs(PyObject *const *in, Py_ssize_t n_in, const char *who) {
+    for (Py_ssize_t k = 0; k < n_in; k++) {  /* all checked before anything changes */
+        if (!PyObject_TypeCheck(in[k], node_type) || SLOT(in[k], node_off[USERS]) == NULL ||
+            !PyLong_CheckExact(SLOT(in[k], node_off[USERS]))) {
+            PyErr_Format(PyExc_TypeError, "%s: an input is not a node with a user count", who);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The node of (made, spec, prim, *inputs); a new reference, appended to made. */
+static PyObject *make(PyObject *const *args, Py_ssize_t nargs) {
+    if (node_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ctape: init was not called");
+        return NULL;
+    }
+    if (nargs < 3 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]) || PyTuple_GET_SIZE(args[1]) != 5) {
+        PyErr_SetString(PyExc_TypeError, "ctape: (made list, (shape, dtype, stream, device, arrays), prim, *inputs)");
+        return NULL;
+    }
+    if (checked_inputs(args + 3, nargs - 3, "ctape") < 0)
+        return NULL;
+    PyObject *spec = args[1];
+    PyObject *n = new_node(PyTuple_GET_ITEM(spec, 0), PyTuple_GET_ITEM(spec, 1), PyTuple_GET_ITEM(spec, 2),
+                           PyTuple_GET_ITEM(spec, 3), args[2], PyTuple_GET_ITEM(spec, 4), NULL, args + 3, nargs - 3);
+    if (n == NULL)
+        return NULL;
     if (PyList_Append(args[0], n) < 0) {
         Py_DECREF(n);
         return NULL;
     }
     return n;
+}
+
+static PyObject *s_device;
+
+/* fresh(prim, inputs, shape, dtype, stream) -> an Array bound to a new node of prim over the tuple inputs,
+   on stream (its device read from it), held by that one array: ops/core.py's node in one call. */
+static PyObject *fresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (node_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ctape: init was not called");
+        return NULL;
+    }
+    if (nargs != 5 || !PyTuple_CheckExact(args[1]) || !PyTuple_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "ctape.fresh: (prim, inputs tuple, shape tuple, dtype, stream)");
+        return NULL;
+    }
+    PyObject *inputs = args[1];
+    PyObject *const *in = &PyTuple_GET_ITEM(inputs, 0);
+    Py_ssize_t n_in = PyTuple_GET_SIZE(inputs);
+    if (checked_inputs(in, n_in, "ctape.fresh") < 0)
+        return NULL;
+    if (s_device == NULL && (s_device = PyUnicode_InternFromString("device")) == NULL)
+        return NULL;
+    PyObject *device = PyObject_GetAttr(args[4], s_device);
+    if (device == NULL)
+        return NULL;
+    PyObject *n = new_node(args[2], args[3], args[4], device, args[0], one, inputs, in, n_in);
+    Py_DECREF(device);
+    if (n == NULL)
+        return NULL;
+    PyObject *a = array_type->tp_alloc(array_type, 0);
+    if (a == NULL) {  /* (out of memory: the inputs' counts stay raised, as in array) */
+        Py_DECREF(n);
+        return NULL;
+    }
+    SLOT(a, data_off) = n;  /* (the reference new_node returned) */
+    return a;
 }
 
 static PyObject *node(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1196,6 +1254,8 @@ static PyMethodDef methods[] = {
      "init_steps(Replayer, Tape, tracer flag, watch, first_node, multi_output, current_stream, miss, same)"},
     {"node", (PyCFunction)(void (*)(void))node, METH_FASTCALL, "node(made, spec, prim, *inputs) -> node"},
     {"array", (PyCFunction)(void (*)(void))array, METH_FASTCALL, "array(made, spec, prim, *inputs) -> Array"},
+    {"fresh", (PyCFunction)(void (*)(void))fresh, METH_FASTCALL,
+     "fresh(prim, inputs, shape, dtype, stream) -> an Array bound to a new node (ops/core.py: node)"},
     {"same_counts", (PyCFunction)(void (*)(void))same_counts, METH_FASTCALL,
      "same_counts(made, users, held) -> whether the nodes' user counts and held flags are those recorded"},
     {"step", (PyCFunction)(void (*)(void))step_new, METH_FASTCALL,

@@ -170,6 +170,19 @@ def _binary(row: table.Elementwise):
     ufunc = row.ufunc
     both = Elementwise(name, name, (0, 1))
     with_scalar: dict = {}  # (type, value, position) -> prim
+    # the result dtype of a signature seen before that needs no common dtype (from _SIGNATURES, by the
+    # operands' dtypes or scalar types alone: one small key a call): array op array, array op scalar,
+    # scalar op array (three dicts: a dtype equals a Python type, np.dtype("float64") == float)
+    seen_aa: dict = {}
+    seen_as: dict = {}
+    seen_sa: dict = {}
+
+    def out_dtype(seen: dict, sig: tuple):
+        hit = _SIGNATURES.get((name, ufunc, None, sig))
+        if hit is None or hit[1] is not None:
+            return None
+        seen[sig] = hit[0]
+        return hit[0]
 
     def op(a: Any, b: Any, /, *, stream: Any = None) -> Array:
         if stream is None and a.__class__ is Array:
@@ -180,24 +193,33 @@ def _binary(row: table.Elementwise):
             if d.device is st.device or d.device == st.device:
                 bc = b.__class__
                 if bc is float or (bc is int and d.dtype in _FLOATS):  # an int fits any float dtype
-                    hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, bc)))
-                    if hit is not None and hit[1] is None:
-                        return node(_with_scalar(with_scalar, name, b, 1), (d,), d.shape, hit[0], st)
+                    sig = (d.dtype, bc)
+                    out = seen_as.get(sig)
+                    if out is None:
+                        out = out_dtype(seen_as, sig)
+                    if out is not None:
+                        return node(_with_scalar(with_scalar, name, b, 1), (d,), d.shape, out, st)
                 elif bc is Array:
                     e = b._data
                     if e.device is d.device or e.device == d.device:
-                        hit = _SIGNATURES.get((name, ufunc, None, (d.dtype, e.dtype)))
-                        if hit is not None and hit[1] is None:
+                        sig = (d.dtype, e.dtype)
+                        out = seen_aa.get(sig)
+                        if out is None:
+                            out = out_dtype(seen_aa, sig)
+                        if out is not None:
                             shape = d.shape if e.shape == d.shape else _broadcast_pair(d.shape, e.shape)
                             if shape is not None:
-                                return node(both, (d, e), shape, hit[0], st)
+                                return node(both, (d, e), shape, out, st)
         elif stream is None and b.__class__ is Array and (a.__class__ is float or a.__class__ is int):
             st = current_stream()  # a scalar first (``0.5 * x``): as above
             e = b._data
             if (e.device is st.device or e.device == st.device) and (a.__class__ is float or e.dtype in _FLOATS):
-                hit = _SIGNATURES.get((name, ufunc, None, (a.__class__, e.dtype)))
-                if hit is not None and hit[1] is None:
-                    return node(_with_scalar(with_scalar, name, a, 0), (e,), e.shape, hit[0], st)
+                sig = (a.__class__, e.dtype)
+                out = seen_sa.get(sig)
+                if out is None:
+                    out = out_dtype(seen_sa, sig)
+                if out is not None:
+                    return node(_with_scalar(with_scalar, name, a, 0), (e,), e.shape, out, st)
         return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
 
     op.__name__ = op.__qualname__ = name
