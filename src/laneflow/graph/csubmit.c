@@ -585,6 +585,17 @@ static int pending(PyObject *x, PyTypeObject *lazy_t) {  /* 1 pending, 0 not, -1
     return b == NULL || b == Py_None;
 }
 
+/* Whether to visit x: 1 pending and not seen yet (now marked seen), 0 not, -1 an error, -2 not covered */
+static int visit(PyObject *x, PyTypeObject *lazy_t, PyObject *seen) {
+    int p = pending(x, lazy_t);
+    if (p <= 0)
+        return p < 0 ? -2 : 0;
+    int in = PySet_Contains(seen, x);
+    if (in != 0)
+        return in < 0 ? -1 : 0;
+    return PySet_Add(seen, x) < 0 ? -1 : 1;
+}
+
 static PyObject *toposort(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (node_t == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "csubmit: init was not called");
@@ -608,20 +619,13 @@ static PyObject *toposort(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(roots); r++) {
         PyObject *root = PySequence_Fast_GET_ITEM(roots, r);
-        int p = pending(root, lazy_t);
-        if (p < 0) {
-            res = Py_NewRef(Py_None);
+        int v = visit(root, lazy_t, seen);
+        if (v < 0) {
+            res = v == -2 ? Py_NewRef(Py_None) : NULL;
             goto done;
         }
-        if (!p)
+        if (!v)
             continue;
-        int in = PySet_Contains(seen, root);
-        if (in < 0)
-            goto done;
-        if (in)
-            continue;
-        if (PySet_Add(seen, root) < 0)
-            goto done;
         stack[0] = (Frame){root, SLOT(root, n_off[N_INPUTS]), 0};
         top = 1;
         while (top > 0) {
@@ -631,24 +635,17 @@ static PyObject *toposort(PyObject *self, PyObject *const *args, Py_ssize_t narg
             while (f->k < n) {
                 PyObject *i = PyTuple_GET_ITEM(f->ins, f->k);
                 f->k++;
-                int ip = pending(i, lazy_t);
-                if (ip < 0) {
-                    res = Py_NewRef(Py_None);
+                int v = visit(i, lazy_t, seen);
+                if (v < 0) {
+                    res = v == -2 ? Py_NewRef(Py_None) : NULL;
                     goto done;
                 }
-                if (!ip)
-                    continue;
-                int s_in = PySet_Contains(seen, i);
-                if (s_in < 0)
-                    goto done;
-                if (!s_in) {
+                if (v) {
                     next = i;
                     break;
                 }
             }
             if (next != NULL) {
-                if (PySet_Add(seen, next) < 0)
-                    goto done;
                 if (top == cap) {
                     Frame *grown = PyMem_Realloc(stack, 2 * cap * sizeof(Frame));
                     if (grown == NULL) {
