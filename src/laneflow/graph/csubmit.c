@@ -566,6 +566,45 @@ done:
     return res;
 }
 
+/* run(items, start) -> the index of the first item from start on that Python must schedule: schedule.execute's
+   loop over a run of plain nodes, each through submit_one (a node with a buffer already, produced by a sibling,
+   is skipped). It stops at an item that is not an ArrayData (a group, a fused node) or a node submit_one
+   declines; len(items) when it got through all. */
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "csubmit.run(items list, start int)");
+        return NULL;
+    }
+    PyObject *items = args[0];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    if (i < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "csubmit.run: a negative start");
+        return NULL;
+    }
+    while (i < PyList_GET_SIZE(items)) {
+        PyObject *d = PyList_GET_ITEM(items, i);
+        if (Py_TYPE(d) != node_t)
+            break;
+        PyObject *b = SLOT(d, n_off[N_BUFFER]);
+        if (b != NULL && b != Py_None) {
+            i++;
+            continue;
+        }
+        Py_INCREF(d);  /* (Python runs inside: the list keeps it, but not by contract) */
+        PyObject *r = submit_one(self, d);
+        Py_DECREF(d);
+        if (r == NULL)
+            return NULL;
+        int done = r == Py_True;
+        Py_DECREF(r);
+        if (!done)
+            break;
+        i++;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
 /* toposort(roots, LazyData) -> the pending nodes reachable from roots, inputs before users: schedule.py's
    depth-first search in C, the same order (a node is emitted once all its pending inputs are; a LazyData
    or a node with a buffer is not pending). None when a root or an input is neither an ArrayData nor a
@@ -675,6 +714,8 @@ done:
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(ArrayData, Buffer, Command, Point, STATS, tracing module, Backend.kernel_of)"},
     {"submit_one", submit_one, METH_O, "submit_one(node) -> True (submitted) or False (the Python path runs it)"},
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
+     "run(items, start) -> the index of the first item Python must schedule (schedule.execute's loop)"},
     {"toposort", (PyCFunction)(void (*)(void))toposort, METH_FASTCALL,
      "toposort(roots, LazyData) -> pending nodes, inputs first (schedule.toposort's search), or None"},
     {NULL, NULL, 0, NULL}};

@@ -46,6 +46,13 @@ def submitter() -> Callable[[ArrayData], bool] | None:
     return None if mod is None else mod.submit_one
 
 
+def runner() -> Callable[[list, int], int] | None:
+    """``run(items, start) -> index``: schedule.execute's loop in C over plain nodes (each through
+    ``submit_one``), stopping at the first item Python must schedule; or None."""
+    mod = load()
+    return None if mod is None else mod.run
+
+
 def why_not() -> str | None:
     """Why the C path is not used (None: it is, or it was not asked for yet)."""
     return _once.why_not()

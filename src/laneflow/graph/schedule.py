@@ -120,16 +120,23 @@ def execute(order: list) -> None:
         if pause:
             gc.disable()
         items = passes(order) if len(order) > 1 else None
-        one = csubmit.submitter() if C_SUBMIT else None
-        for d in order if items is None else items:
+        seq = order if items is None else items
+        run = csubmit.runner() if C_SUBMIT and seq.__class__ is list else None
+        i, n = 0, len(seq)
+        while i < n:
+            if run is not None:  # plain nodes through the C submit path until one it declines
+                i = run(seq, i)
+                if i == n:
+                    break
+            d = seq[i]
+            i += 1
             t = type(d)
             if t is Group:
                 _schedule_group(d)
             elif t is FusedNode:
                 _schedule_fused(d)
             elif d.buffer is None:  # a sibling may have produced it already
-                if one is None or not one(d):  # (the C path declines what it does not cover)
-                    schedule_one(d)
+                schedule_one(d)  # (the C path, when there is one, has declined it)
     finally:
         if pause:
             gc.enable()

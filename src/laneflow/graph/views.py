@@ -138,8 +138,10 @@ def step_view(prim: Primitive, in_shape: tuple, view: tuple, out_shape: tuple) -
 # -- the pass ---------------------------------------------------------------------------------------
 
 def _is_layout(d) -> bool:
-    return type(d) is ArrayData and d.prim is not None and d.prim.kind in LAYOUT and d.siblings is None \
-        and not (d.prim.kind == "getitem" and len(d.inputs) > 1)
+    """A layout node that may become a view (a one-output reshape, transpose, broadcast, slice, strided
+    view; a getitem with index arrays gathers)."""
+    p = d.prim if type(d) is ArrayData else None
+    return p is not None and p.kind in LAYOUT and d.siblings is None and not (p.kind == "getitem" and len(d.inputs) > 1)
 
 
 def fold(items: list) -> list | None:
@@ -150,7 +152,9 @@ def fold(items: list) -> list | None:
     views: dict = {}  # layout node -> (base, strides, offset)
     copies: dict = {}  # a reshape that must copy, of a view: it copies the view (in its order) itself
     for d in items:
-        if _is_layout(d):
+        # (_is_layout, inlined: this loop sees every node of every uncached evaluation)
+        p = d.prim if type(d) is ArrayData else None
+        if p is not None and p.kind in LAYOUT and d.siblings is None and not (p.kind == "getitem" and len(d.inputs) > 1):
             src = d.inputs[0]
             v = views.get(src)
             if v is None:
@@ -231,11 +235,15 @@ def _fold_into(d: ArrayData, views: dict) -> bool:
         i.users -= 1
         base.users += 1
         ins[pos] = base
-        vs[pos] = (i.shape, v[1], v[2])
+        # a view that is its base (a reshape and back, x.reshape(-1).reshape(x.shape)): the input is the
+        # base itself, no view; the reader keeps the C submit path, which leaves readers of views to Python
+        if not (i.shape == base.shape and v[2] == 0 and tuple(v[1]) == contiguous_strides(base.shape)):
+            vs[pos] = (i.shape, v[1], v[2])
         changed = True
     if changed:
         d.inputs = tuple(ins)
-        d.prim = with_views(d.prim, tuple(vs))
+        if old is not None or any(x is not None for x in vs):
+            d.prim = with_views(d.prim, tuple(vs))
     return changed
 
 

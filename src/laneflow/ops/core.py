@@ -77,9 +77,24 @@ def _node_maker() -> Any:
     return None if mod is None else mod.fresh
 
 
+def _binary_maker() -> Any:
+    """``ctape.binary`` (a binary elementwise op's common call in one C call: ops/elementwise.py), set up
+    with what it reads of the current stream, tracing and the plan cache's watch; or None."""
+    from . import ctape
+    from .. import defaults
+
+    mod = ctape.load()
+    if mod is None:
+        return None
+    mod.init_binary(defaults._local, vars(defaults), _tracer.ACTIVE, _speculate.WATCH)
+    return mod.binary
+
+
 _new = object.__new__
 #: the C node maker, or None (the Python lines in ``node``); tests compare the two
 _fresh = [_node_maker()]
+#: the C binary op call, or None (the Python op's own lines); tests compare the two
+_binary = [_binary_maker()]
 _tracing = _tracer.ACTIVE
 _watch = _speculate.WATCH
 

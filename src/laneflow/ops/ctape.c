@@ -182,6 +182,182 @@ static PyObject *array(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return a;
 }
 
+/* -- the common binary op call (ops/elementwise.py's _binary) in one C call ------------------------------
+
+   binary(state, a, b) -> the result Array, or None: declined, nothing done (the Python op runs; it also
+   learns what this reads: a signature's dtype, a scalar's primitive). state: (both, with_scalar, seen_aa,
+   seen_as, seen_sa, floats): the op's primitive of two arrays, its cache of scalar primitives by (type,
+   value, position), its three caches of result dtypes (array op array by dtypes, array op scalar by (dtype,
+   type), scalar op array by (type, dtype)), the float dtypes. Taken: an array with an array of its shape, or
+   with a Python float (an int too, over a float dtype), either order, on the current stream's device, a
+   signature and a scalar seen before, the stream found as defaults.current_stream finds it without a lookup
+   (a `with lf.stream` block's, or the remembered default), no tracing and no plan-cache watch (those make
+   the Python op take it). */
+static PyObject *b_local, *b_defaults, *b_tracing, *b_watch;
+static PyObject *s_stack, *s_last_default, *s_default_device, *s_closed;
+
+static PyObject *init_binary(PyObject *self, PyObject *args) {
+    PyObject *local, *defaults, *tracing, *watch;
+    if (!PyArg_ParseTuple(args, "OO!O!O!", &local, &PyDict_Type, &defaults, &PyList_Type, &tracing, &PyList_Type,
+                          &watch))
+        return NULL;
+#define INTERN(v, s) if (v == NULL && (v = PyUnicode_InternFromString(s)) == NULL) return NULL
+    INTERN(s_stack, "stack"); INTERN(s_last_default, "_last_default"); INTERN(s_default_device, "_default_device");
+    INTERN(s_closed, "_closed"); INTERN(s_device, "device");
+#undef INTERN
+    Py_XSETREF(b_local, Py_NewRef(local));
+    Py_XSETREF(b_defaults, Py_NewRef(defaults));
+    Py_XSETREF(b_tracing, Py_NewRef(tracing));
+    Py_XSETREF(b_watch, Py_NewRef(watch));
+    Py_RETURN_NONE;
+}
+
+/* defaults.current_stream() where it needs no lookup: a new reference, or NULL (no error set) */
+static PyObject *current_stream_fast(void) {
+    PyObject *stack = PyObject_GetAttr(b_local, s_stack);
+    if (stack == NULL) {
+        PyErr_Clear();
+    } else {
+        PyObject *st = PyList_CheckExact(stack) && PyList_GET_SIZE(stack) > 0
+                           ? Py_NewRef(PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1)) : NULL;
+        int empty = PyList_CheckExact(stack) && PyList_GET_SIZE(stack) == 0;
+        Py_DECREF(stack);
+        if (st != NULL || !empty)
+            return st;
+    }
+    PyObject *last = PyDict_GetItemWithError(b_defaults, s_last_default);  /* borrowed */
+    PyObject *dd = PyDict_GetItemWithError(b_defaults, s_default_device);
+    if (last == NULL || dd == NULL || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 2) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *dev = PyTuple_GET_ITEM(last, 0), *st = PyTuple_GET_ITEM(last, 1);
+    if (dev == Py_None || dev != dd)
+        return NULL;
+    PyObject *closed = PyObject_GetAttr(st, s_closed);
+    if (closed == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(closed);
+    return closed == Py_False ? Py_NewRef(st) : NULL;
+}
+
+static int same_device(PyObject *x, PyObject *y) {  /* x is y or x == y: 1, 0 (no error set) */
+    if (x == y)
+        return 1;
+    int r = PyObject_RichCompareBool(x, y, Py_EQ);
+    if (r < 0)
+        PyErr_Clear();
+    return r > 0;
+}
+
+static PyObject *dict_get2(PyObject *dict, PyObject *x, PyObject *y) {  /* dict[(x, y)], borrowed, or NULL */
+    PyObject *key = PyTuple_Pack(2, x, y);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(dict, key);
+    Py_DECREF(key);
+    return v;
+}
+
+static PyObject *binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "ctape.binary(state, a, b)");
+        return NULL;
+    }
+    if (b_local == NULL || node_type == NULL)
+        Py_RETURN_NONE;
+    PyObject *state = args[0], *a = args[1], *b = args[2];
+    if (PyList_GET_SIZE(b_tracing) < 1 || PyList_GET_SIZE(b_watch) < 1)
+        Py_RETURN_NONE;
+    int t = PyObject_IsTrue(PyList_GET_ITEM(b_tracing, 0)), w = PyObject_IsTrue(PyList_GET_ITEM(b_watch, 0));
+    if (t != 0 || w != 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *arr = Py_TYPE(a) == array_type ? a : Py_TYPE(b) == array_type ? b : NULL, *other = arr == a ? b : a;
+    if (arr == NULL)
+        Py_RETURN_NONE;
+    PyObject *d = SLOT(arr, data_off);
+    if (d == NULL || Py_TYPE(d) != node_type)
+        Py_RETURN_NONE;
+    PyObject *dshape = SLOT(d, node_off[SHAPE]), *dtype = SLOT(d, node_off[DTYPE]), *ddev = SLOT(d, node_off[DEVICE]);
+    if (dshape == NULL || dtype == NULL || ddev == NULL || SLOT(d, node_off[USERS]) == NULL ||
+        !PyLong_CheckExact(SLOT(d, node_off[USERS])))
+        Py_RETURN_NONE;
+    PyObject *oc = (PyObject *)Py_TYPE(other);
+    PyObject *prim = NULL, *out = NULL, *e = NULL, *res = NULL;
+    int scalar = oc == (PyObject *)&PyFloat_Type || oc == (PyObject *)&PyLong_Type;
+    if (!scalar && (arr != a || oc != (PyObject *)array_type))
+        Py_RETURN_NONE;  /* (an array second after something else, a numpy scalar, a list: the Python op) */
+    if (scalar) {
+        if (oc == (PyObject *)&PyLong_Type) {
+            int fl = PySet_Contains(PyTuple_GET_ITEM(state, 5), dtype);
+            if (fl <= 0) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+        }
+        PyObject *at = PyLong_FromLong(arr == a ? 1 : 0);
+        PyObject *key = at == NULL ? NULL : PyTuple_Pack(3, oc, other, at);
+        Py_XDECREF(at);
+        prim = key == NULL ? NULL : PyDict_GetItemWithError(PyTuple_GET_ITEM(state, 1), key);
+        Py_XDECREF(key);
+        out = prim == NULL ? NULL : arr == a ? dict_get2(PyTuple_GET_ITEM(state, 3), dtype, oc)
+                                             : dict_get2(PyTuple_GET_ITEM(state, 4), oc, dtype);
+    } else {
+        e = SLOT(b, data_off);
+        if (e == NULL || Py_TYPE(e) != node_type || SLOT(e, node_off[USERS]) == NULL ||
+            !PyLong_CheckExact(SLOT(e, node_off[USERS])) || SLOT(e, node_off[DEVICE]) == NULL ||
+            !same_device(SLOT(e, node_off[DEVICE]), ddev))
+            Py_RETURN_NONE;
+        PyObject *eshape = SLOT(e, node_off[SHAPE]);
+        if (eshape == NULL || (eshape != dshape && PyObject_RichCompareBool(eshape, dshape, Py_EQ) != 1)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;  /* (broadcasting: the Python op) */
+        }
+        prim = PyTuple_GET_ITEM(state, 0);
+        out = dict_get2(PyTuple_GET_ITEM(state, 2), dtype, SLOT(e, node_off[DTYPE]));
+    }
+    if (prim == NULL || out == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(prim);
+    Py_INCREF(out);
+    PyObject *st = current_stream_fast();
+    if (st == NULL) {
+        PyErr_Clear();
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *sdev = PyObject_GetAttr(st, s_device);
+    if (sdev == NULL || !same_device(ddev, sdev)) {
+        PyErr_Clear();
+        Py_XDECREF(sdev);
+        Py_DECREF(st);
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *in[2] = {d, e};
+    PyObject *n = new_node(dshape, out, st, sdev, prim, one, NULL, in, e == NULL ? 1 : 2);
+    Py_DECREF(sdev);
+    Py_DECREF(st);
+    if (n == NULL)
+        goto done;
+    res = array_type->tp_alloc(array_type, 0);
+    if (res == NULL) {
+        Py_DECREF(n);
+        goto done;
+    }
+    SLOT(res, data_off) = n;
+done:
+    Py_DECREF(prim);
+    Py_DECREF(out);
+    return res;
+}
+
 /* same_counts(made, users, held): whether every node of the list made has the user count of the list
    users and is held by an array exactly where the bytes held are 1 (the recorded graph's counts: what a
    whole replay's evaluation checks before it takes the tape's graph, ops/tape_replay.py). */
@@ -1254,6 +1430,9 @@ static PyMethodDef methods[] = {
      "init_steps(Replayer, Tape, tracer flag, watch, first_node, multi_output, current_stream, miss, same)"},
     {"node", (PyCFunction)(void (*)(void))node, METH_FASTCALL, "node(made, spec, prim, *inputs) -> node"},
     {"array", (PyCFunction)(void (*)(void))array, METH_FASTCALL, "array(made, spec, prim, *inputs) -> Array"},
+    {"init_binary", init_binary, METH_VARARGS, "init_binary(defaults._local, defaults' dict, tracing flag, watch)"},
+    {"binary", (PyCFunction)(void (*)(void))binary, METH_FASTCALL,
+     "binary(state, a, b) -> the Array of a binary elementwise op's common call, or None (ops/elementwise.py)"},
     {"fresh", (PyCFunction)(void (*)(void))fresh, METH_FASTCALL,
      "fresh(prim, inputs, shape, dtype, stream) -> an Array bound to a new node (ops/core.py: node)"},
     {"same_counts", (PyCFunction)(void (*)(void))same_counts, METH_FASTCALL,

@@ -12,7 +12,7 @@ from .. import dtypes as dt
 from ..array import Array
 from ..defaults import current_stream
 from ..errors import PrecisionWarning
-from .core import broadcast_shapes, cast, describe, node, operand, shared, stream_of, to_stream
+from .core import _binary as _cbinary, broadcast_shapes, cast, describe, node, operand, shared, stream_of, to_stream
 from . import table
 from .primitives import Elementwise, Scalar
 
@@ -184,7 +184,14 @@ def _binary(row: table.Elementwise):
         seen[sig] = hit[0]
         return hit[0]
 
+    state = (both, with_scalar, seen_aa, seen_as, seen_sa, _FLOATS)  # (what the C call reads)
+    fast = _cbinary
+
     def op(a: Any, b: Any, /, *, stream: Any = None) -> Array:
+        if stream is None and fast[0] is not None:  # the common case below in one C call (ops/ctape.c)
+            r = fast[0](state, a, b)
+            if r is not None:
+                return r
         if stream is None and a.__class__ is Array:
             # The common case without the general machinery: an array with a float scalar, or with
             # an array of its shape, on the current stream's device, a signature seen before.

@@ -1,0 +1,143 @@
+"""``ctape.binary``: a binary elementwise op's common call (an array with an array of its shape or with
+a Python float, either order, a signature seen before) made in one C call. It makes the node the Python
+op makes, field for field, and declines (None, nothing done) everything else, which the Python op then
+takes: broadcasting, numpy scalars, bools, ints over integer arrays, tracing, a stream it must look up."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import laneflow as lf
+from laneflow.graph.node import ArrayData
+from laneflow.ops import core
+
+C = core._binary[0]
+needs_c = pytest.mark.skipif(C is None, reason="the tape's C module is not built here")
+FIELDS = [f for f in ArrayData.__slots__ if f != "__weakref__"]
+
+
+def _calls(fn):
+    """fn() with the C call counted: (result, calls that made a node, calls declined)."""
+    made, declined = [0], [0]
+
+    def counted(state, a, b):
+        r = C(state, a, b)
+        (made if r is not None else declined)[0] += 1
+        return r
+
+    core._binary[0] = counted
+    try:
+        return fn(), made[0], declined[0]
+    finally:
+        core._binary[0] = C
+
+
+def _python(fn):
+    core._binary[0] = None
+    try:
+        return fn()
+    finally:
+        core._binary[0] = C
+
+
+CASES = [  # (name, op, taken by C after a first call teaches the Python op the signature)
+    ("array + array", lambda x, y: x + y, True),
+    ("array * float", lambda x, y: x * 2.5, True),
+    ("float - array", lambda x, y: 2.5 - x, True),
+    ("array + int", lambda x, y: x + 3, True),
+    ("int * array", lambda x, y: 3 * y, True),
+    ("array / array", lambda x, y: lf.divide(x, y), True),
+    ("broadcast", lambda x, y: x + y[:1], False),
+    ("numpy scalar", lambda x, y: x + np.float32(2.0), False),
+    ("bool", lambda x, y: x + True, False),
+    ("zero", lambda x, y: x + 0.0, False),
+    ("nan", lambda x, y: x * float("nan"), False),
+    ("int array + int", lambda x, y: x.astype(lf.int32) + 1, None),  # (astype: a unary op first)
+]
+
+
+@needs_c
+@pytest.mark.parametrize("name,f,taken", CASES, ids=[c[0] for c in CASES])
+def test_the_c_call_makes_the_python_node_or_declines(name, f, taken, rng):
+    xs = rng.standard_normal((3, 4)).astype(np.float32)
+    ys = rng.standard_normal((3, 4)).astype(np.float32) + 3.0
+    x, y = lf.array(xs), lf.array(ys)
+    lf.eval(x, y)
+    f(x, y)  # (the first two calls teach the Python op the signature, the scalar's primitive, the dtype)
+    f(x, y)
+    got, made, declined = _calls(lambda: f(x, y))
+    want = _python(lambda: f(x, y))
+    if taken is not None:
+        assert (made, declined) == ((1, 0) if taken else (0, 1)), (made, declined)
+    g, w = got._data, want._data
+    if taken:  # (a declined call's Python op may make new inputs and primitives each time: values only)
+        for k in FIELDS:
+            if k == "inputs":
+                assert len(g.inputs) == len(w.inputs) and all(a is b for a, b in zip(g.inputs, w.inputs)), k
+            else:
+                assert getattr(g, k) == getattr(w, k), k
+        assert g.prim is w.prim and type(g) is type(w) and type(got) is type(want)
+    with np.errstate(all="ignore"):
+        ref = f(xs, ys) if name != "int array + int" else xs.astype(np.int32) + 1
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def _state(op):
+    """The state tuple ``op``'s C call reads (a cell of the op's closure)."""
+    fn = getattr(op, "__wrapped__", op)
+    return fn.__closure__[fn.__code__.co_freevars.index("state")].cell_contents
+
+
+@needs_c
+def test_the_c_call_declines_while_tracing_or_watching_and_takes_a_blocks_stream():
+    from laneflow.graph import speculate, tracer
+
+    x = lf.array(np.arange(4.0))
+    lf.eval(x)
+    x + x
+    x + x
+    state = _state(lf.add)
+    assert C(state, x, x) is not None
+    for flag in (tracer.ACTIVE, speculate.WATCH):  # (the Python op tells the tracer, or the plan cache)
+        old = flag[0]
+        flag[0] = 1
+        try:
+            assert C(state, x, x) is None
+        finally:
+            flag[0] = old
+    assert C(state, x, x) is not None
+    other = lf.new_stream(lf.cpu, lanes=2)
+    with lf.stream(other):  # (the same device: taken, on the block's stream)
+        r, made, _ = _calls(lambda: x + x)
+    assert made == 1 and r._data.stream is other
+    other.close()
+    with pytest.raises(Exception):
+        with lf.stream(other):
+            x + x
+    assert C(state, 1.0, 2.0) is None and C(state, x, "x") is None
+    with pytest.raises(TypeError):
+        C((1, 2), x, x)
+
+
+@needs_c
+def test_the_c_call_leaks_no_reference():
+    import gc
+    import sys
+
+    x = lf.array(np.arange(4.0, dtype=np.float32))
+    lf.eval(x)
+    d = x._data
+    for _ in range(3):
+        x * 2.5, x + x
+    state = _state(lf.multiply)
+    counts = lambda: [sys.getrefcount(o) for o in (d, d.shape, d.dtype, d.stream, d.device, *state)]  # noqa: E731
+    gc.collect()
+    before = counts()
+    for _ in range(1000):
+        r = x * 2.5
+        s = x + x
+        del r, s
+    gc.collect()
+    assert counts() == before
