@@ -18,8 +18,9 @@
 #   9. tools/probe_tape.py --csteps, B=1: the steps in C against Python steps with the C node maker
 #  10. tools/probe_hit_timeline.py, B=1, 1 and 4 lanes: a hit's speculated launch, build, submit and return
 #      on one timeline, and the compiled call's device time (is the hit host- or launch-bound?)
-#  11. tools/probe_c_paths.py with LANEFLOW_MARK_EVERY=16 and 1, two rounds taking turns: what lazy events
-#      save an uncached command (2026-12-05, H100: about 3 us of 14)
+#  11. tools/probe_chain_floor.py: the uncached add chain's wall, host and GPU time per add, laneflow and
+#      torch in one process (is the per-command target bound by the host or the GPU? 2026-12-05: the host;
+#      the GPU needs about 2 us a stream-launched tiny kernel)
 # Logs go to $OUT (default ./gpu-issue15-out); a short table is printed last. REPEAT (default 40) sets
 # bench gpt2's repeats.
 set -u
@@ -65,13 +66,8 @@ for l in 1 4; do
   timeout 90 python3 tools/probe_hit_timeline.py --lanes $l --n 400 >>"$OUT/hit-timeline.log" 2>&1
   echo "probe_hit_timeline lanes=$l rc=$?" >>"$OUT/env.txt"
 done
-for r in 1 2; do  # 11. lazy events: the uncached chain with an event every 16th command against every one
-  for m in 16 1; do
-    LANEFLOW_MARK_EVERY=$m timeout 40 python3 tools/probe_c_paths.py --rounds 1 2>&1 | grep round \
-      | sed "s/round 1/round $r/; s/$/  LANEFLOW_MARK_EVERY=$m/" >>"$OUT/mark-every-ab.log"
-  done
-done
-echo "mark-every A/B rc=$?" >>"$OUT/env.txt"
+timeout 120 python3 tools/probe_chain_floor.py --rounds 3 >"$OUT/chain-floor.log" 2>&1  # 11.
+echo "probe_chain_floor rc=$?" >>"$OUT/env.txt"
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.txt)
 
 echo "== env"; cat "$OUT/env.txt"
@@ -85,10 +81,11 @@ echo "== node maker A/B"; grep -hE "GPT-2|maker|Python" "$OUT/probe-tape-maker.l
 echo "== C steps A/B"; grep -hE "GPT-2|steps|Py\+mkr" "$OUT/probe-tape-csteps.log"
 echo "== profile_gpt2 split"; grep -h "^split" "$OUT"/profile-gpt2-tape*.log | cut -c1-400
 echo "== uncached chain"; grep -hE "per add" "$OUT/profile-chain.log"
-echo "== bench dispatch"; grep -E "uncached, fusion off|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | head -6
+echo "== bench dispatch (tiny adds, fusion off; mixed chain)"
+grep -E "uncached|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | tail -5
 echo "== chain, C shim A/B"; cat "$OUT/chain-ab.log"
 echo "== hit timeline"; grep -vE "^ *$" "$OUT/hit-timeline.log" | tail -16
-echo "== lazy events A/B (C paths on / off, torch in the same process)"; cat "$OUT/mark-every-ab.log"
+echo "== chain floor (us per add: wall, host, GPU)"; tail -3 "$OUT/chain-floor.log"
 if [ -f "$OUT/bench-gpt2-sequential.log" ]; then
   echo "== bench gpt2 --order sequential"
   grep -E "lf.nn eager |lf.nn compiled  |lf.nn eager, uncached|torch (eager|graph)|jax jit" \
