@@ -141,3 +141,51 @@ def test_the_c_call_leaks_no_reference():
         del r, s
     gc.collect()
     assert counts() == before
+
+
+@needs_c
+def test_the_c_call_holds_its_operands_while_python_runs_and_passes_its_errors_on(monkeypatch):
+    """A device's ``__eq__`` (an equal device that is another object) runs Python inside the C call: an
+    operand rebound meanwhile (by another thread in real use) must not be freed under it, and an error
+    raised there (a signal handler's, say) must reach the caller."""
+    import weakref
+
+    from laneflow.device import Device
+
+    s = lf.new_stream("cpu", lanes=1)  # (its device: another object equal to the default device)
+    x = lf.array(np.arange(4.0, dtype=np.float32), device=lf.cpu)
+    lf.eval(x)
+    with lf.stream(s):
+        x * 1.5, x * 1.5  # (the Python op learns the signature and the scalar)
+        state = _state(lf.multiply)
+        d = x._data
+        if d.device is s.device:
+            pytest.skip("the stream's device is the array's own object here: no __eq__ runs")
+        eq, calls = Device.__eq__, []
+
+        def rebinding_eq(self, other):
+            if not calls:
+                calls.append(1)
+                x._data = lf.array(np.zeros(4, np.float32), stream=s)._data  # (x's old node loses its array)
+            return eq(self, other)
+
+        monkeypatch.setattr(Device, "__eq__", rebinding_eq)
+        alive, users = weakref.ref(d), d.users
+        del d
+        y = C(state, x, 1.5)
+        assert calls and y is not None
+        n = y._data.inputs[0]
+        assert n is alive() and n.users == users + 1  # (the node the call read, kept alive by it)
+        np.testing.assert_array_equal(np.asarray(y), np.arange(4.0, dtype=np.float32) * 1.5)
+
+        monkeypatch.setattr(Device, "__eq__", eq)
+        z = lf.array(np.ones(4, np.float32), device=lf.cpu)  # (on the other, equal device again)
+        lf.eval(z)
+        z * 1.5  # (the first node after an evaluation is the plan cache's to watch: the Python op's)
+
+        def raising_eq(self, other):
+            raise KeyError("from __eq__")
+
+        monkeypatch.setattr(Device, "__eq__", raising_eq)
+        with pytest.raises(KeyError, match="from __eq__"):
+            C(state, z, 1.5)

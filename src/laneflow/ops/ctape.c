@@ -212,11 +212,23 @@ static PyObject *init_binary(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* defaults.current_stream() where it needs no lookup: a new reference, or NULL (no error set) */
+/* An AttributeError (what a missing attribute raises) is a decline: cleared, 0. Any other error (from
+   Python code run on the way: a device's __eq__, a property, a signal handler) is passed on: -1. */
+static int declined(void) {
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
+
+/* defaults.current_stream() where it needs no lookup: a new reference; NULL with no error set (the Python
+   op looks it up) or with an error set (passed on) */
 static PyObject *current_stream_fast(void) {
     PyObject *stack = PyObject_GetAttr(b_local, s_stack);
     if (stack == NULL) {
-        PyErr_Clear();
+        if (declined() < 0)
+            return NULL;
     } else {
         PyObject *st = PyList_CheckExact(stack) && PyList_GET_SIZE(stack) > 0
                            ? Py_NewRef(PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1)) : NULL;
@@ -226,39 +238,39 @@ static PyObject *current_stream_fast(void) {
             return st;
     }
     PyObject *last = PyDict_GetItemWithError(b_defaults, s_last_default);  /* borrowed */
-    PyObject *dd = PyDict_GetItemWithError(b_defaults, s_default_device);
-    if (last == NULL || dd == NULL || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 2) {
-        PyErr_Clear();
+    PyObject *dd = last == NULL ? NULL : PyDict_GetItemWithError(b_defaults, s_default_device);
+    if (last == NULL || dd == NULL || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 2)
+        return NULL;  /* (an error from the dict lookups, if any, stays set) */
+    PyObject *dev = PyTuple_GET_ITEM(last, 0), *st = Py_NewRef(PyTuple_GET_ITEM(last, 1));
+    if (dev == Py_None || dev != dd) {
+        Py_DECREF(st);
         return NULL;
     }
-    PyObject *dev = PyTuple_GET_ITEM(last, 0), *st = PyTuple_GET_ITEM(last, 1);
-    if (dev == Py_None || dev != dd)
-        return NULL;
     PyObject *closed = PyObject_GetAttr(st, s_closed);
     if (closed == NULL) {
-        PyErr_Clear();
+        Py_DECREF(st);
+        declined();
         return NULL;
     }
     Py_DECREF(closed);
-    return closed == Py_False ? Py_NewRef(st) : NULL;
+    if (closed != Py_False) {
+        Py_DECREF(st);
+        return NULL;
+    }
+    return st;
 }
 
-static int same_device(PyObject *x, PyObject *y) {  /* x is y or x == y: 1, 0 (no error set) */
-    if (x == y)
-        return 1;
-    int r = PyObject_RichCompareBool(x, y, Py_EQ);
-    if (r < 0)
-        PyErr_Clear();
-    return r > 0;
+static int same_device(PyObject *x, PyObject *y) {  /* x is y or x == y: 1, 0, -1 with the error set */
+    return x == y ? 1 : PyObject_RichCompareBool(x, y, Py_EQ);
 }
 
-static PyObject *dict_get2(PyObject *dict, PyObject *x, PyObject *y) {  /* dict[(x, y)], borrowed, or NULL */
+static PyObject *dict_get2(PyObject *dict, PyObject *x, PyObject *y) {  /* dict[(x, y)]: a new reference, or NULL */
     PyObject *key = PyTuple_Pack(2, x, y);
     if (key == NULL)
         return NULL;
     PyObject *v = PyDict_GetItemWithError(dict, key);
     Py_DECREF(key);
-    return v;
+    return Py_XNewRef(v);
 }
 
 static PyObject *binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -271,79 +283,84 @@ static PyObject *binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *state = args[0], *a = args[1], *b = args[2];
     if (PyList_GET_SIZE(b_tracing) < 1 || PyList_GET_SIZE(b_watch) < 1)
         Py_RETURN_NONE;
-    int t = PyObject_IsTrue(PyList_GET_ITEM(b_tracing, 0)), w = PyObject_IsTrue(PyList_GET_ITEM(b_watch, 0));
-    if (t != 0 || w != 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
+    int t = PyObject_IsTrue(PyList_GET_ITEM(b_tracing, 0));
+    int w = t == 0 ? PyObject_IsTrue(PyList_GET_ITEM(b_watch, 0)) : t;
+    if (w != 0)
+        return w < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *arr = Py_TYPE(a) == array_type ? a : Py_TYPE(b) == array_type ? b : NULL, *other = arr == a ? b : a;
     if (arr == NULL)
         Py_RETURN_NONE;
-    PyObject *d = SLOT(arr, data_off);
-    if (d == NULL || Py_TYPE(d) != node_type)
-        Py_RETURN_NONE;
-    PyObject *dshape = SLOT(d, node_off[SHAPE]), *dtype = SLOT(d, node_off[DTYPE]), *ddev = SLOT(d, node_off[DEVICE]);
-    if (dshape == NULL || dtype == NULL || ddev == NULL || SLOT(d, node_off[USERS]) == NULL ||
-        !PyLong_CheckExact(SLOT(d, node_off[USERS])))
-        Py_RETURN_NONE;
     PyObject *oc = (PyObject *)Py_TYPE(other);
-    PyObject *prim = NULL, *out = NULL, *e = NULL, *res = NULL;
     int scalar = oc == (PyObject *)&PyFloat_Type || oc == (PyObject *)&PyLong_Type;
     if (!scalar && (arr != a || oc != (PyObject *)array_type))
         Py_RETURN_NONE;  /* (an array second after something else, a numpy scalar, a list: the Python op) */
+    /* references of our own from here: Python code may run below (a device's __eq__, a property, a
+       collection's finalizers), and another thread may rebind an operand meanwhile (x += 1 frees its old node) */
+    PyObject *d = Py_XNewRef(SLOT(arr, data_off)), *e = scalar ? NULL : Py_XNewRef(SLOT(b, data_off));
+    PyObject *prim = NULL, *out = NULL, *st = NULL, *sdev = NULL, *res = NULL;
+    PyObject *dshape = NULL, *dtype = NULL, *ddev = NULL;
+    if (d == NULL || Py_TYPE(d) != node_type || (!scalar && (e == NULL || Py_TYPE(e) != node_type)))
+        goto decline;
+    dshape = Py_XNewRef(SLOT(d, node_off[SHAPE]));
+    dtype = Py_XNewRef(SLOT(d, node_off[DTYPE]));
+    ddev = Py_XNewRef(SLOT(d, node_off[DEVICE]));
+    if (dshape == NULL || dtype == NULL || ddev == NULL || SLOT(d, node_off[USERS]) == NULL ||
+        !PyLong_CheckExact(SLOT(d, node_off[USERS])))
+        goto decline;
     if (scalar) {
         if (oc == (PyObject *)&PyLong_Type) {
             int fl = PySet_Contains(PyTuple_GET_ITEM(state, 5), dtype);
-            if (fl <= 0) {
-                PyErr_Clear();
-                Py_RETURN_NONE;
-            }
+            if (fl <= 0)
+                goto decline_or_fail;
         }
         PyObject *at = PyLong_FromLong(arr == a ? 1 : 0);
         PyObject *key = at == NULL ? NULL : PyTuple_Pack(3, oc, other, at);
         Py_XDECREF(at);
-        prim = key == NULL ? NULL : PyDict_GetItemWithError(PyTuple_GET_ITEM(state, 1), key);
-        Py_XDECREF(key);
-        out = prim == NULL ? NULL : arr == a ? dict_get2(PyTuple_GET_ITEM(state, 3), dtype, oc)
-                                             : dict_get2(PyTuple_GET_ITEM(state, 4), oc, dtype);
+        if (key == NULL)
+            goto done;
+        prim = Py_XNewRef(PyDict_GetItemWithError(PyTuple_GET_ITEM(state, 1), key));
+        Py_DECREF(key);
+        if (prim == NULL)
+            goto decline_or_fail;
+        out = arr == a ? dict_get2(PyTuple_GET_ITEM(state, 3), dtype, oc) : dict_get2(PyTuple_GET_ITEM(state, 4), oc, dtype);
     } else {
-        e = SLOT(b, data_off);
-        if (e == NULL || Py_TYPE(e) != node_type || SLOT(e, node_off[USERS]) == NULL ||
-            !PyLong_CheckExact(SLOT(e, node_off[USERS])) || SLOT(e, node_off[DEVICE]) == NULL ||
-            !same_device(SLOT(e, node_off[DEVICE]), ddev))
-            Py_RETURN_NONE;
-        PyObject *eshape = SLOT(e, node_off[SHAPE]);
-        if (eshape == NULL || (eshape != dshape && PyObject_RichCompareBool(eshape, dshape, Py_EQ) != 1)) {
-            PyErr_Clear();
-            Py_RETURN_NONE;  /* (broadcasting: the Python op) */
-        }
-        prim = PyTuple_GET_ITEM(state, 0);
-        out = dict_get2(PyTuple_GET_ITEM(state, 2), dtype, SLOT(e, node_off[DTYPE]));
+        PyObject *edev = SLOT(e, node_off[DEVICE]), *eshape = SLOT(e, node_off[SHAPE]), *edt = SLOT(e, node_off[DTYPE]);
+        if (edev == NULL || eshape == NULL || edt == NULL || SLOT(e, node_off[USERS]) == NULL ||
+            !PyLong_CheckExact(SLOT(e, node_off[USERS])))
+            goto decline;
+        Py_INCREF(edev);
+        int same = same_device(edev, ddev);
+        Py_DECREF(edev);
+        if (same <= 0)
+            goto decline_or_fail;
+        eshape = SLOT(e, node_off[SHAPE]);  /* (read again: Python may have run) */
+        if (eshape == NULL)
+            goto decline;
+        int eq = eshape == dshape ? 1 : PyObject_RichCompareBool(eshape, dshape, Py_EQ);
+        if (eq <= 0)
+            goto decline_or_fail;  /* (broadcasting: the Python op) */
+        prim = Py_NewRef(PyTuple_GET_ITEM(state, 0));
+        edt = SLOT(e, node_off[DTYPE]);
+        if (edt == NULL)
+            goto decline;
+        out = dict_get2(PyTuple_GET_ITEM(state, 2), dtype, edt);
     }
-    if (prim == NULL || out == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_INCREF(prim);
-    Py_INCREF(out);
-    PyObject *st = current_stream_fast();
-    if (st == NULL) {
-        PyErr_Clear();
-        res = Py_NewRef(Py_None);
-        goto done;
-    }
-    PyObject *sdev = PyObject_GetAttr(st, s_device);
-    if (sdev == NULL || !same_device(ddev, sdev)) {
-        PyErr_Clear();
-        Py_XDECREF(sdev);
-        Py_DECREF(st);
-        res = Py_NewRef(Py_None);
-        goto done;
-    }
+    if (out == NULL)
+        goto decline_or_fail;
+    st = current_stream_fast();
+    if (st == NULL)
+        goto decline_or_fail;
+    sdev = PyObject_GetAttr(st, s_device);
+    if (sdev == NULL)
+        goto decline_or_fail;
+    int same = same_device(ddev, sdev);
+    if (same <= 0)
+        goto decline_or_fail;
+    if (SLOT(d, node_off[USERS]) == NULL || !PyLong_CheckExact(SLOT(d, node_off[USERS])) ||
+        (e != NULL && (SLOT(e, node_off[USERS]) == NULL || !PyLong_CheckExact(SLOT(e, node_off[USERS])))))
+        goto decline;  /* (checked again: Python may have run since) */
     PyObject *in[2] = {d, e};
     PyObject *n = new_node(dshape, out, st, sdev, prim, one, NULL, in, e == NULL ? 1 : 2);
-    Py_DECREF(sdev);
-    Py_DECREF(st);
     if (n == NULL)
         goto done;
     res = array_type->tp_alloc(array_type, 0);
@@ -352,9 +369,22 @@ static PyObject *binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     SLOT(res, data_off) = n;
+    goto done;
+decline_or_fail:
+    if (PyErr_Occurred())
+        goto done;  /* (an error raised on the way: passed on) */
+decline:
+    res = Py_NewRef(Py_None);
 done:
-    Py_DECREF(prim);
-    Py_DECREF(out);
+    Py_XDECREF(d);
+    Py_XDECREF(e);
+    Py_XDECREF(dshape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(ddev);
+    Py_XDECREF(prim);
+    Py_XDECREF(out);
+    Py_XDECREF(st);
+    Py_XDECREF(sdev);
     return res;
 }
 
