@@ -124,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                    PYTHONPATH=os.pathsep.join([str(suite), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "laneflow_device_plugin",
                "--hypothesis-seed", str(args.seed), "--max-examples", str(args.max_examples),
-               *(["--hypothesis-disable-deadline"] if args.device == "gpu" else []),  # first calls compile kernels
+               # no deadlines: a per-example time limit is a timed test (speed lives in benchmarks), and one
+               # slow example on a loaded CI machine (test_stack, 997 ms against 800, 2026-12-05) failed the
+               # run after five minutes of Hypothesis shrinking it; on the GPU first calls compile kernels
+               "--hypothesis-disable-deadline",
                "--xfails-file", str(xfails), "--disable-extension", "fft", "-o", "addopts=", "-rf", *(args.pytest_args or ["array_api_tests"])]
         junit = Path(tmp) / "junit.xml"
         if args.times:
