@@ -137,13 +137,6 @@ def step_view(prim: Primitive, in_shape: tuple, view: tuple, out_shape: tuple) -
 
 # -- the pass ---------------------------------------------------------------------------------------
 
-def _is_layout(d) -> bool:
-    """A layout node that may become a view (a one-output reshape, transpose, broadcast, slice, strided
-    view; a getitem with index arrays gathers)."""
-    p = d.prim if type(d) is ArrayData else None
-    return p is not None and p.kind in LAYOUT and d.siblings is None and not (p.kind == "getitem" and len(d.inputs) > 1)
-
-
 def fold(items: list) -> list | None:
     """``items`` (schedule items, inputs before users) with layout nodes folded into their readers;
     None when nothing changed."""
@@ -152,7 +145,8 @@ def fold(items: list) -> list | None:
     views: dict = {}  # layout node -> (base, strides, offset)
     copies: dict = {}  # a reshape that must copy, of a view: it copies the view (in its order) itself
     for d in items:
-        # (_is_layout, inlined: this loop sees every node of every uncached evaluation)
+        # a layout node that may become a view (a one-output reshape, transpose, broadcast, slice, strided
+        # view; a getitem with index arrays gathers); tested inline: this loop sees every uncached node
         p = d.prim if type(d) is ArrayData else None
         if p is not None and p.kind in LAYOUT and d.siblings is None and not (p.kind == "getitem" and len(d.inputs) > 1):
             src = d.inputs[0]

@@ -178,6 +178,9 @@ def _binary(row: table.Elementwise):
     seen_sa: dict = {}
 
     def out_dtype(seen: dict, sig: tuple):
+        out = seen.get(sig)
+        if out is not None:
+            return out
         hit = _SIGNATURES.get((name, ufunc, None, sig))
         if hit is None or hit[1] is not None:
             return None
@@ -201,18 +204,14 @@ def _binary(row: table.Elementwise):
                 bc = b.__class__
                 if bc is float or (bc is int and d.dtype in _FLOATS):  # an int fits any float dtype
                     sig = (d.dtype, bc)
-                    out = seen_as.get(sig)
-                    if out is None:
-                        out = out_dtype(seen_as, sig)
+                    out = out_dtype(seen_as, sig)
                     if out is not None:
                         return node(_with_scalar(with_scalar, name, b, 1), (d,), d.shape, out, st)
                 elif bc is Array:
                     e = b._data
                     if e.device is d.device or e.device == d.device:
                         sig = (d.dtype, e.dtype)
-                        out = seen_aa.get(sig)
-                        if out is None:
-                            out = out_dtype(seen_aa, sig)
+                        out = out_dtype(seen_aa, sig)
                         if out is not None:
                             shape = d.shape if e.shape == d.shape else _broadcast_pair(d.shape, e.shape)
                             if shape is not None:
@@ -222,9 +221,7 @@ def _binary(row: table.Elementwise):
             e = b._data
             if (e.device is st.device or e.device == st.device) and (a.__class__ is float or e.dtype in _FLOATS):
                 sig = (a.__class__, e.dtype)
-                out = seen_sa.get(sig)
-                if out is None:
-                    out = out_dtype(seen_sa, sig)
+                out = out_dtype(seen_sa, sig)
                 if out is not None:
                     return node(_with_scalar(with_scalar, name, a, 0), (e,), e.shape, out, st)
         return apply(name, (a, b), stream, fn=name, infer_with=ufunc)
