@@ -94,8 +94,8 @@ def _state(op):
 def test_the_c_call_declines_while_tracing_or_watching_and_takes_a_blocks_stream():
     from laneflow.graph import speculate, tracer
 
-    x = lf.array(np.arange(4.0))
-    lf.eval(x)
+    x = lf.array(np.arange(4.0), device=lf.cpu)  # (the block's stream below is a CPU one; on a GPU machine the
+    lf.eval(x)                                    # default device is the GPU, and another device declines)
     x + x
     x + x
     state = _state(lf.add)
