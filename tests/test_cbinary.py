@@ -189,3 +189,76 @@ def test_the_c_call_holds_its_operands_while_python_runs_and_passes_its_errors_o
         monkeypatch.setattr(Device, "__eq__", raising_eq)
         with pytest.raises(KeyError, match="from __eq__"):
             C(state, z, 1.5)
+
+
+ARITHMETIC = ["add", "sub", "mul", "truediv", "floordiv", "mod"]
+
+
+def _frames(fn):
+    """fn() and the names of the Python functions it ran."""
+    import sys
+
+    names: list = []
+    sys.setprofile(lambda frame, event, arg: names.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        r = fn()
+    finally:
+        sys.setprofile(None)
+    return r, names
+
+
+@needs_c
+@pytest.mark.parametrize("name", ARITHMETIC)
+@pytest.mark.parametrize("form", ["array op array", "array op float", "float op array"])
+def test_an_operator_takes_the_c_call_with_no_python_frame_and_makes_the_same_node(name, form, rng):
+    """``x + y`` (Array.__add__, a taped C wrapper) calls the op's C call itself (_array_methods.py's
+    _shortcuts): no Python frame runs, and the node is the one the Python method makes."""
+    import operator
+
+    from laneflow._array_methods import OPERATORS
+
+    assert name in OPERATORS
+    f = getattr(operator, name)
+    xs = rng.standard_normal((3, 4)).astype(np.float32)
+    ys = rng.standard_normal((3, 4)).astype(np.float32) + 3.0
+    x, y = lf.array(xs), lf.array(ys)
+    lf.eval(x, y)
+    call = {"array op array": lambda: f(x, y), "array op float": lambda: f(x, 2.5),
+            "float op array": lambda: f(2.5, y)}[form]
+    call(), call()  # (the Python op learns the signature and the scalar's primitive)
+    got, names = _frames(call)
+    want, py_names = _frames(lambda: _python(call))
+    assert names == ["<lambda>"], names  # (the test's own lambda alone: the wrapper, then the C call)
+    assert f"__{name}__" in py_names or f"__r{name}__" in py_names  # (the toggle off: the method runs)
+    g, w = got._data, want._data
+    for k in FIELDS:
+        if k == "inputs":
+            assert all(a is b for a, b in zip(g.inputs, w.inputs)) and len(g.inputs) == len(w.inputs)
+        else:
+            assert getattr(g, k) == getattr(w, k), k
+    assert g.prim is w.prim and type(got) is type(want) is lf.Array
+    with np.errstate(all="ignore"):
+        ref = {"array op array": lambda: f(xs, ys), "array op float": lambda: f(xs, np.float32(2.5)),
+               "float op array": lambda: f(np.float32(2.5), ys)}[form]()
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-6)
+
+
+@needs_c
+def test_an_operator_the_c_call_declines_runs_its_method():
+    """What the C call declines (integer arrays with an int, broadcasting, a numpy scalar, a tape's
+    recording) goes through the Python method as before, with the same result."""
+    import operator
+
+    xi = lf.array(np.arange(6, dtype=np.int32).reshape(2, 3))
+    xf = lf.array(np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    lf.eval(xi, xf)
+    for f, a, b, want in [(operator.and_, xi, 3, np.arange(6).reshape(2, 3) & 3),
+                          (operator.add, xi, 1, np.arange(6).reshape(2, 3) + 1),
+                          (operator.add, xf, xf[:1], np.arange(6.0).reshape(2, 3) + np.arange(3.0)),
+                          (operator.mul, np.float32(2.0), xf, np.arange(6.0).reshape(2, 3) * 2)]:
+        f(a, b)
+        got, names = _frames(lambda: f(a, b))
+        assert names, f  # (declined: the method ran)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    with pytest.raises(TypeError):
+        xf & 1  # (the method's error, as before)

@@ -75,36 +75,10 @@ class _Methods:
         return raw.std(self, axis, keepdims, ddof, stream=stream)
 
     # -- operators ------------------------------------------------------------------------------
-    def __add__(self, o): return raw.add(self, o)  # noqa: E704
-    def __radd__(self, o): return raw.add(o, self)  # noqa: E704
-    def __sub__(self, o): return raw.subtract(self, o)  # noqa: E704
-    def __rsub__(self, o): return raw.subtract(o, self)  # noqa: E704
-    def __mul__(self, o): return raw.multiply(self, o)  # noqa: E704
-    def __rmul__(self, o): return raw.multiply(o, self)  # noqa: E704
-    def __truediv__(self, o): return raw.divide(self, o)  # noqa: E704
-    def __rtruediv__(self, o): return raw.divide(o, self)  # noqa: E704
-    def __floordiv__(self, o): return raw.floor_divide(self, o)  # noqa: E704
-    def __rfloordiv__(self, o): return raw.floor_divide(o, self)  # noqa: E704
-    def __mod__(self, o): return raw.remainder(self, o)  # noqa: E704
-    def __rmod__(self, o): return raw.remainder(o, self)  # noqa: E704
-    def __pow__(self, o): return raw.power(self, o)  # noqa: E704
-    def __rpow__(self, o): return raw.power(o, self)  # noqa: E704
-    def __matmul__(self, o): return raw.matmul(self, o)  # noqa: E704
-    def __rmatmul__(self, o): return raw.matmul(o, self)  # noqa: E704
     def __neg__(self): return raw.negative(self)  # noqa: E704
     def __pos__(self): return Array._wrap(self._data)  # noqa: E704  (a new array, as numpy's +x)
     def __abs__(self): return raw.abs(self)  # noqa: E704
     def __invert__(self): return raw.bitwise_invert(self)  # noqa: E704
-    def __and__(self, o): return raw.bitwise_and(self, o)  # noqa: E704
-    def __rand__(self, o): return raw.bitwise_and(o, self)  # noqa: E704
-    def __or__(self, o): return raw.bitwise_or(self, o)  # noqa: E704
-    def __ror__(self, o): return raw.bitwise_or(o, self)  # noqa: E704
-    def __xor__(self, o): return raw.bitwise_xor(self, o)  # noqa: E704
-    def __rxor__(self, o): return raw.bitwise_xor(o, self)  # noqa: E704
-    def __lshift__(self, o): return raw.bitwise_left_shift(self, o)  # noqa: E704
-    def __rlshift__(self, o): return raw.bitwise_left_shift(o, self)  # noqa: E704
-    def __rshift__(self, o): return raw.bitwise_right_shift(self, o)  # noqa: E704
-    def __rrshift__(self, o): return raw.bitwise_right_shift(o, self)  # noqa: E704
     def __eq__(self, o): return raw.equal(self, o)  # type: ignore[override]  # noqa: E704
     def __ne__(self, o): return raw.not_equal(self, o)  # type: ignore[override]  # noqa: E704
     def __lt__(self, o): return raw.less(self, o)  # noqa: E704
@@ -170,6 +144,38 @@ class _Methods:
         return complex(self.item())
 
 
+#: the binary operators, by Python's name: ``x.__add__(o)`` is ``add(x, o)``, ``x.__radd__(o)`` is
+#: ``add(o, x)``. The methods are made here, and where an op is a binary elementwise one with a C call
+#: (``ops/elementwise.py``), its taped method takes the common call in C at once (:func:`_shortcuts`)
+OPERATORS = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide", "floordiv": "floor_divide",
+             "mod": "remainder", "pow": "power", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
+             "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift"}
+
+
+def _operator(name: str, op: str, reflected: bool) -> Any:
+    """The method ``__name__`` (``__rname__`` when ``reflected``: the array is the right operand)."""
+    f = getattr(raw, op)
+    if reflected:
+        def method(self, o): return f(o, self)  # noqa: E704
+    else:
+        def method(self, o): return f(self, o)  # noqa: E704
+    method.__name__ = f"__r{name}__" if reflected else f"__{name}__"
+    method.__qualname__ = f"_Methods.{method.__name__}"
+    names = {"co_name": method.__name__}  # (what tracebacks and profilers show; co_qualname from Python 3.11)
+    if hasattr(method.__code__, "co_qualname"):
+        names["co_qualname"] = method.__qualname__
+    method.__code__ = method.__code__.replace(**names)
+    method.__doc__ = (f"``lf.{op}(o, self)``: the operator with this array on the right." if reflected
+                      else f"``lf.{op}(self, o)``.")
+    return method
+
+
+for _name, _op in OPERATORS.items():
+    for _reflected in (False, True):
+        _m = _operator(_name, _op, _reflected)
+        setattr(_Methods, _m.__name__, _m)
+
+
 #: the methods that are one pure op each: taped (``ops/tape.py``) as they are
 TAPED = frozenset(name for name, value in vars(_Methods).items()
                   if (callable(value) or isinstance(value, property)) and name not in (
@@ -188,6 +194,17 @@ def _attach() -> None:
                 value.__module__, value.__qualname__ = Array.__module__, f"Array.{name}"
             setattr(Array, name, value)
     Array._from_host = staticmethod(ops.array)  # what unpickling calls (array._unpickle)
+    _shortcuts()
+
+
+def _shortcuts() -> None:
+    """A binary operator's common call (``x + y``, ``2.0 * x``) without its two Python frames: the taped
+    method calls the op's C call itself, and runs as before where that declines (``ops/ctape.py``)."""
+    from .ops import ctape
+
+    for name, op in OPERATORS.items():
+        for reflected in (False, True):
+            ctape.shortcut(getattr(Array, f"__r{name}__" if reflected else f"__{name}__"), getattr(raw, op), reflected)
 
 
 _attach()

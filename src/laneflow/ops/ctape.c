@@ -273,14 +273,10 @@ static PyObject *dict_get2(PyObject *dict, PyObject *x, PyObject *y) {  /* dict[
     return Py_XNewRef(v);
 }
 
-static PyObject *binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 6) {
-        PyErr_SetString(PyExc_TypeError, "ctape.binary(state, a, b)");
-        return NULL;
-    }
+/* binary's work, its state checked (a 6-tuple) */
+static PyObject *binary_of(PyObject *state, PyObject *a, PyObject *b) {
     if (b_local == NULL || node_type == NULL)
         Py_RETURN_NONE;
-    PyObject *state = args[0], *a = args[1], *b = args[2];
     if (PyList_GET_SIZE(b_tracing) < 1 || PyList_GET_SIZE(b_watch) < 1)
         Py_RETURN_NONE;
     int t = PyObject_IsTrue(PyList_GET_ITEM(b_tracing, 0));
@@ -386,6 +382,14 @@ done:
     Py_XDECREF(st);
     Py_XDECREF(sdev);
     return res;
+}
+
+static PyObject *binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "ctape.binary(state, a, b)");
+        return NULL;
+    }
+    return binary_of(args[0], args[1], args[2]);
 }
 
 /* same_counts(made, users, held): whether every node of the list made has the user count of the list
@@ -1272,15 +1276,33 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fn, *state, *dict;
+    PyObject *bstate, *toggle;  /* a binary operator's shortcut (taped_shortcut), else NULL */
+    int reflected;
 } Taped;
+
+/* toggle[0] is this module's binary itself (ops/core.py's _binary: tests put None or a wrapper there) */
+static int binary_is_on(PyObject *toggle) {
+    if (!PyList_CheckExact(toggle) || PyList_GET_SIZE(toggle) < 1)
+        return 0;
+    PyObject *f = PyList_GET_ITEM(toggle, 0);
+    return PyCFunction_Check(f) && PyCFunction_GET_FUNCTION(f) == (PyCFunction)(void (*)(void))binary;
+}
 
 static PyObject *s_call, *s_cut, *s_qualname;
 
 static PyObject *taped_vcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Taped *t = (Taped *)op;
     PyObject *s = PyList_GET_SIZE(t->state) ? PyList_GET_ITEM(t->state, 0) : Py_None;
-    if (s == Py_None)
+    if (s == Py_None) {
+        if (t->bstate != NULL && kwnames == NULL && PyVectorcall_NARGS(nargsf) == 2 && binary_is_on(t->toggle)) {
+            /* an operator (x + y): what its Python method's op would do first, without the two frames */
+            PyObject *r = t->reflected ? binary_of(t->bstate, args[1], args[0]) : binary_of(t->bstate, args[0], args[1]);
+            if (r != Py_None)
+                return r;  /* (the result, or NULL: an error passed on as the op passes it on) */
+            Py_DECREF(r);
+        }
         return PyObject_Vectorcall(t->fn, args, nargsf, kwnames);
+    }
     Py_INCREF(s);  /* (held before anything allocates: a collection may run code that replaces it) */
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     PyObject *tup = PyTuple_New(n), *kw = PyDict_New(), *r = NULL;
@@ -1336,6 +1358,8 @@ static int taped_traverse(PyObject *op, visitproc visit, void *arg) {
     Py_VISIT(t->fn);
     Py_VISIT(t->state);
     Py_VISIT(t->dict);
+    Py_VISIT(t->bstate);
+    Py_VISIT(t->toggle);
     return 0;
 }
 
@@ -1351,6 +1375,8 @@ static void taped_dealloc(PyObject *op) {
     Py_CLEAR(t->fn);
     Py_CLEAR(t->state);
     Py_CLEAR(t->dict);
+    Py_CLEAR(t->bstate);
+    Py_CLEAR(t->toggle);
     Py_TYPE(op)->tp_free(op);
 }
 
@@ -1401,8 +1427,29 @@ static PyObject *taped_new(PyObject *self, PyObject *const *args, Py_ssize_t nar
     t->fn = Py_NewRef(args[0]);
     t->state = Py_NewRef(args[1]);
     t->dict = NULL;
+    t->bstate = t->toggle = NULL;
+    t->reflected = 0;
     PyObject_GC_Track((PyObject *)t);
     return (PyObject *)t;
+}
+
+/* taped_shortcut(wrapper, state, reflected, toggle): a taped binary operator (Array.__add__ and its kin)
+   answers its common call with binary(state, self, other) (other, self: reflected) at once while no tape
+   runs and toggle[0] is binary; a declined call runs the method as before. */
+static PyObject *taped_shortcut(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || Py_TYPE(args[0]) != &TapedType || !PyTuple_CheckExact(args[1]) ||
+        PyTuple_GET_SIZE(args[1]) != 6 || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "ctape.taped_shortcut(taped wrapper, binary state, reflected, toggle list)");
+        return NULL;
+    }
+    int reflected = PyObject_IsTrue(args[2]);
+    if (reflected < 0)
+        return NULL;
+    Taped *t = (Taped *)args[0];
+    Py_XSETREF(t->bstate, Py_NewRef(args[1]));
+    Py_XSETREF(t->toggle, Py_NewRef(args[3]));
+    t->reflected = reflected;
+    Py_RETURN_NONE;
 }
 
 /* ---- an Array's finalizer ----------------------------------------------------------------------------
@@ -1472,6 +1519,8 @@ static PyMethodDef methods[] = {
     {"array_del", array_del, METH_NOARGS, "array_del() -> Array.__del__ in C (a method descriptor)"},
     {"taped", (PyCFunction)(void (*)(void))taped_new, METH_FASTCALL,
      "taped(fn, state) -> the op recorded and replayed by the tape (ops/tape.py: taped)"},
+    {"taped_shortcut", (PyCFunction)(void (*)(void))taped_shortcut, METH_FASTCALL,
+     "taped_shortcut(wrapper, state, reflected, toggle): a taped operator's common call in C (_array_methods.py)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -228,6 +228,7 @@ def _binary(row: table.Elementwise):
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = row.doc or f"Elementwise ``{name}`` with broadcasting (numpy's ``np.{row.numpy}``)."
+    op._cstate = state  # (what the C call reads: the operators call it at once, ops/ctape.py's shortcut)
     return op
 
 
