@@ -324,8 +324,12 @@ def step(r, xs, out):
                 v = v.T
             elif c < 0.3 and v.shape == (5, 5):
                 v = v @ v
+            elif c < 0.35:
+                v = lf.reshape(v, tuple(int(n) for n in v.shape)) * 2.0  # (an equal shape, another tuple)
             if r.random() < 0.3:
                 made.append(v)  # still seen: not written in place
+            if r.random() < 0.05:
+                elementwise._plans.clear()  # (plan.keep empties it when full: the C launch's memo of plans)
         return [v, *made]
     attempt(out, thunk)  # (the fake driver computes nothing: values are compared on GPUs, by the fuzzer)
     out.append(repr(lf.stats()))  # the encoder's counters: hazards, waits, commands per lane
@@ -335,6 +339,44 @@ def switch(on):
 same_launches(arrays, switch, step, 150, 100)
 print("stats", lf.stats())
 """
+
+
+_MEMO = _RECORDING + r"""
+arrays = inputs(("float32", "float16", "int32", "bool"), ((5, 5), (1, 5)), 11)
+x, z, h, i, b = (arrays[k] for k in [("float32", (5, 5)), ("float32", (1, 5)), ("float16", (5, 5)),
+                                      ("int32", (5, 5)), ("bool", (5, 5))])
+w = arrays[("float32", (1, 5))]
+# pairs of launches that share all but one part of the plan key, one after the other: the memo (one slot:
+# every key meets the last one) must tell them apart, the Python launches being the reference
+SEQ = [lambda: x + x, lambda: x + z,          # the second operand's shape
+       lambda: z + x, lambda: x + x,          # the first operand's shape
+       lambda: x + 1.5, lambda: h + 1.5,      # the dtype (and the result's)
+       lambda: i + 1.5, lambda: b + 1.5,      # the dtype alone (float64 results both)
+       lambda: x + 1.5, lambda: x + 2,        # the scalar's type
+       lambda: x * x, lambda: x + x,          # the function
+       lambda: lf.reshape(x, (5, 5)) + 1.5, lambda: x + 1.5]  # (an equal shape, another tuple: a hit)
+def step(r, xs, out):
+    for f in SEQ:
+        attempt(out, f)
+kid = {}  # (each launch's kernel object too, numbered as first seen: add and multiply pack alike)
+inner = calls.launch
+def record_kernel(f, *rest):
+    r = inner(f, *rest)
+    seen[-1] = seen[-1][:3] + (seen[-1][3] + (kid.setdefault(id(kernels[rest[-1]]), len(kid)),),)
+    return r
+calls.launch = record_kernel
+celementwise.load().memo_slots(1)
+same_launches(arrays, c_paths, step, 2, 20)
+celementwise.load().memo_slots(16)
+"""
+
+
+def test_the_c_launchs_plan_memo_tells_keys_apart(tmp_path):
+    """celementwise.c keeps the last plans by their key's parts: with one slot, launches that differ in one
+    part (a shape, a dtype, the scalar's type, the function) one after the other launch what Python does."""
+    p = run_under_fake_driver(_MEMO, tmp_path, 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "same" in p.stdout
 
 
 def test_c_paths_launch_what_python_launches(tmp_path):

@@ -102,3 +102,53 @@ def test_a_real_graph_evaluates_the_same_through_either_search():
     v = np.arange(6.0)
     want = ((v + 1) * (v - 2)).sum() + (((v + 1) * (v - 2)) ** 2).sum()
     assert float(z.item()) == ref == want
+
+
+def _order(make):
+    """The pending nodes of the arrays make() returns, inputs first."""
+    return _python([a._data for a in make()])
+
+
+PROGRAMS = {  # (name: arrays; the kinds among their pending nodes)
+    "adds": (lambda x, m: [x + 1.0 + x], {"elementwise"}),
+    "matmul": (lambda x, m: [(x @ m) + 1.0], {"matmul", "elementwise"}),
+    "layout": (lambda x, m: [x.reshape(4, 2).T * 2.0], {"reshape", "transpose", "elementwise"}),
+    "reduce": (lambda x, m: [lf.sum(x * x, axis=1), x[1:]], {"elementwise", "reduce", "getitem"}),
+}
+
+
+@needs_c
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_kinds_names_the_kinds_of_the_pending_primitives(name, rng):
+    f, want = PROGRAMS[name]
+    x, m = lf.array(rng.standard_normal((2, 4)).astype(np.float32)), lf.array(np.eye(4, dtype=np.float32))
+    lf.eval(x, m)
+    order = _order(lambda: f(x, m))
+    assert C.kinds(order) == want == {d.prim.kind for d in order}
+    assert C.kinds(order + [object()]) is None  # (an item that is not a node: not known)
+    assert C.kinds([]) == set()
+    with pytest.raises(TypeError):
+        C.kinds(tuple(order))
+
+
+@needs_c
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_passes_skipped_by_kind_give_the_items_of_every_pass(name, rng, monkeypatch):
+    """A pass skipped because none of its kinds is there would have changed nothing: the items (kinds and
+    members) match those of every pass run, and so do the values."""
+    f, _ = PROGRAMS[name]
+    xs = rng.standard_normal((2, 4)).astype(np.float32)
+    x, m = lf.array(xs), lf.array(np.eye(4, dtype=np.float32) * 3)
+    lf.eval(x, m)
+
+    def items(on):
+        monkeypatch.setattr(schedule, "_c_kinds", [schedule._UNSET if on else None])
+        outs = f(x, m)
+        order = _order(lambda: outs)
+        got = schedule.passes(order)
+        return [(type(i).__name__, getattr(i, "prim", None).__class__.__name__) for i in (got or order)], outs
+
+    (a, outs_a), (b, outs_b) = items(True), items(False)
+    assert a == b
+    for p, q in zip(outs_a, outs_b):
+        np.testing.assert_allclose(np.asarray(p), np.asarray(q), rtol=1e-6)

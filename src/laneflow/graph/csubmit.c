@@ -711,6 +711,56 @@ done:
     return res;
 }
 
+/* kinds(items) -> the set of the kinds of the items' primitives (their types' ``kind``), or None where an
+   item is not a node with a primitive or past 32 types: schedule.passes skips a pass with nothing of its
+   kinds to work on. Nothing runs Python code until the types are read (each held by the list ts). */
+static PyObject *kinds(PyObject *self, PyObject *items) {
+    if (node_t == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "csubmit: init was not called");
+        return NULL;
+    }
+    if (!PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "csubmit.kinds(items list)");
+        return NULL;
+    }
+    PyTypeObject *seen[32];
+    int n = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *d = PyList_GET_ITEM(items, i);
+        PyObject *prim = Py_TYPE(d) == node_t ? SLOT(d, n_off[N_PRIM]) : NULL;
+        if (prim == NULL || prim == Py_None)
+            Py_RETURN_NONE;
+        PyTypeObject *t = Py_TYPE(prim);
+        int k = n - 1;
+        while (k >= 0 && seen[k] != t)
+            k--;
+        if (k >= 0)
+            continue;
+        if (n == 32)
+            Py_RETURN_NONE;
+        seen[n++] = t;
+    }
+    PyObject *ts = PyList_New(n), *out = PySet_New(NULL);
+    if (ts == NULL || out == NULL)
+        goto fail;
+    for (int k = 0; k < n; k++)
+        PyList_SET_ITEM(ts, k, Py_NewRef((PyObject *)seen[k]));
+    for (int k = 0; k < n; k++) {
+        PyObject *kind = PyObject_GetAttr(PyList_GET_ITEM(ts, k), s_kind);
+        if (kind == NULL || PySet_Add(out, kind) < 0) {
+            Py_XDECREF(kind);
+            goto fail;
+        }
+        Py_DECREF(kind);
+    }
+    Py_DECREF(ts);
+    return out;
+fail:
+    Py_XDECREF(ts);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(ArrayData, Buffer, Command, Point, STATS, tracing module, Backend.kernel_of)"},
     {"submit_one", submit_one, METH_O, "submit_one(node) -> True (submitted) or False (the Python path runs it)"},
@@ -718,6 +768,7 @@ static PyMethodDef methods[] = {
      "run(items, start) -> the index of the first item Python must schedule (schedule.execute's loop)"},
     {"toposort", (PyCFunction)(void (*)(void))toposort, METH_FASTCALL,
      "toposort(roots, LazyData) -> pending nodes, inputs first (schedule.toposort's search), or None"},
+    {"kinds", kinds, METH_O, "kinds(items) -> the set of the items' primitives' kinds, or None (schedule.passes)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_laneflow_csubmit", NULL, -1, methods};

@@ -36,7 +36,7 @@ ROW_REDUCTIONS = frozenset(("sum", "mean", "max", "min", "prod"))
 #: Most members in one row program, and most inputs (each may need its own strides).
 MAX_MEMBERS = 48
 #: Kinds a row program needs at least one of.
-_ROOT_KINDS = frozenset(("reduce", "softmax"))
+ROOT_KINDS = frozenset(("reduce", "softmax"))
 MAX_INPUTS = 16
 
 
@@ -100,7 +100,7 @@ def fuse_rows(items: list) -> list | None:
     if not fusion.enabled():
         return None
     for d in items:  # the common eval has no reduction at all: one cheap scan, then nothing to do
-        if type(d) is ArrayData and d.prim.kind in _ROOT_KINDS:
+        if type(d) is ArrayData and d.prim.kind in ROOT_KINDS:
             break
     else:
         return None

@@ -37,6 +37,55 @@ static const char *const PRIM_ATTRS[] = {"fn", "operands"};
 static const char *const LANE_ATTRS[] = {"ctx", "handle"};
 static Plain prim_plain = {PRIM_ATTRS, 2, 0, {0}}, lane_plain = {LANE_ATTRS, 2, 0, {0}};
 
+/* A small memo of plans by their key's parts (what elementwise.py's _plans is keyed by): the dtypes, the
+   scalar's type, the function name and the context compared by identity, the shapes by value. It holds a
+   reference to every part, so an identity it compares was not reused by another object; a miss looks the
+   plan up in _plans. Why: the key's three tuples and the dtypes' hashes cost about 0.2 us a launch on the
+   CPU VM. A plan stays valid for its key when _plans is emptied (plan.keep): it is the same plan. */
+#define MEMO_N 16
+typedef struct { PyObject *fn, *ta, *tb, *sa, *sb, *so, *dto, *ctx, *plan; } Memo;
+static Memo memo[MEMO_N];
+static uintptr_t memo_mask = MEMO_N - 1;  /* (memo_slots: tests use one slot, where every key collides) */
+
+static void memo_set(Memo *m, PyObject *const *v) {
+    PyObject **f[9] = {&m->fn, &m->ta, &m->tb, &m->sa, &m->sb, &m->so, &m->dto, &m->ctx, &m->plan};
+    PyObject *old[9];
+    for (int k = 0; k < 9; k++) {  /* (all set before any old part goes: a finalizer may run then) */
+        old[k] = *f[k];
+        *f[k] = Py_XNewRef(v[k]);
+    }
+    for (int k = 0; k < 9; k++)
+        Py_XDECREF(old[k]);
+}
+
+static void memo_clear(void) {
+    static PyObject *const none[9] = {NULL};
+    for (int k = 0; k < MEMO_N; k++)
+        memo_set(&memo[k], none);
+}
+
+/* equal shapes (tuples of ints: no Python code runs): 1, else 0 */
+static int same_shape(PyObject *x, PyObject *y) {
+    if (x == y)
+        return 1;
+    if (x == NULL || y == NULL || !PyTuple_CheckExact(x) || !PyTuple_CheckExact(y) ||
+        PyTuple_GET_SIZE(x) != PyTuple_GET_SIZE(y))
+        return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(x); k++) {
+        PyObject *i = PyTuple_GET_ITEM(x, k), *j = PyTuple_GET_ITEM(y, k);
+        if (i == j)
+            continue;
+        if (!PyLong_CheckExact(i) || !PyLong_CheckExact(j))
+            return 0;
+        int eq = PyObject_RichCompareBool(i, j, Py_EQ);
+        if (eq != 1) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* init(plans dict, elementwise.elementwise, failed(kernel, err), comparisons, Scalar, DeviceArray,
         KernelPair, _Plan, Kernel, elementwise._to_f32) */
 static PyObject *init(PyObject *self, PyObject *args) {
@@ -69,6 +118,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     memcpy(pl_off, plo, sizeof plo);
     memcpy(kn_off, kno, sizeof kno);
     value_off = vo;
+    memo_clear();  /* (its plans were another dict's) */
     Py_XSETREF(plans, Py_NewRef(p));
     Py_XSETREF(python_ew, Py_NewRef(e));
     Py_XSETREF(failed, Py_NewRef(f));
@@ -299,18 +349,14 @@ static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
     PyObject *size = SLOT(out, a_off[A_SIZE]);
     if (!PyLong_CheckExact(size) || PyObject_Not(size))
         return 0;  /* (an empty output: elementwise.run returns at once) */
+    PyObject *tb;  /* the second operand's dtype, or the scalar's type */
     if (PyLong_CheckExact(o)) {  /* an array and an array: (fn, (dt, dt), (shape, shape), shape, dtype, ctx) */
         Py_ssize_t k = PyLong_AsSsize_t(o);
         if (k < 0 || k >= PyList_GET_SIZE(ins) || !is_array(b = PyList_GET_ITEM(ins, k))) {
             PyErr_Clear();
             return 0;
         }
-        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), SLOT(b, a_off[A_DTYPE]));
-        PyObject *shp = PyTuple_Pack(2, SLOT(a, a_off[A_SHAPE]), SLOT(b, a_off[A_SHAPE]));
-        if (pat != NULL && shp != NULL)
-            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
-        Py_XDECREF(pat);
-        Py_XDECREF(shp);
+        tb = SLOT(b, a_off[A_DTYPE]);
     } else if (Py_TYPE(o) == scalar_t && (value = SLOT(o, value_off)) != NULL && py_type(value) != NULL) {
         /* an array and a scalar: (fn, (dt, type), (shape,), shape, dtype, ctx); comparisons left to Python */
         int cmp = PySet_Contains(compare, fn);
@@ -318,29 +364,55 @@ static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
             PyErr_Clear();
             return 0;
         }
-        PyObject *pat = PyTuple_Pack(2, SLOT(a, a_off[A_DTYPE]), py_type(value));
-        PyObject *shp = PyTuple_Pack(1, SLOT(a, a_off[A_SHAPE]));
-        if (pat != NULL && shp != NULL)
-            key = PyTuple_Pack(6, fn, pat, shp, SLOT(out, a_off[A_SHAPE]), SLOT(out, a_off[A_DTYPE]), ctx);
-        Py_XDECREF(pat);
-        Py_XDECREF(shp);
+        tb = py_type(value);
     } else {
         return 0;
     }
-    if (key == NULL) {
-        PyErr_Clear();
+    PyObject *ta = SLOT(a, a_off[A_DTYPE]), *sa = SLOT(a, a_off[A_SHAPE]), *sb = b == NULL ? NULL : SLOT(b, a_off[A_SHAPE]);
+    PyObject *so = SLOT(out, a_off[A_SHAPE]), *dto = SLOT(out, a_off[A_DTYPE]);
+    if (ta == NULL || tb == NULL || sa == NULL || so == NULL || dto == NULL || (b != NULL && sb == NULL))
         return 0;
-    }
-    PyObject *plan = PyDict_GetItemWithError(plans, key); /* borrowed */
-    Py_DECREF(key);
-    if (plan == NULL || Py_TYPE(plan) != plan_t) {
-        PyErr_Clear();
-        return 0;  /* (no plan yet: the Python path makes it) */
+    Memo *m = &memo[((uintptr_t)fn >> 4 ^ (uintptr_t)ta >> 4 ^ (uintptr_t)tb >> 6 ^ (uintptr_t)ctx >> 8) & memo_mask];
+    PyObject *plan = NULL;
+    if (m->plan != NULL && m->fn == fn && m->ta == ta && m->tb == tb && m->dto == dto && m->ctx == ctx &&
+        same_shape(m->sa, sa) && same_shape(m->so, so) && (sb == NULL ? m->sb == NULL : same_shape(m->sb, sb))) {
+        plan = m->plan;  /* (the plan of an equal key: the memo holds every part of it, so none was reused) */
+    } else {
+        PyObject *pat = PyTuple_Pack(2, ta, tb);
+        PyObject *shp = sb != NULL ? PyTuple_Pack(2, sa, sb) : PyTuple_Pack(1, sa);
+        if (pat != NULL && shp != NULL)
+            key = PyTuple_Pack(6, fn, pat, shp, so, dto, ctx);
+        Py_XDECREF(pat);
+        Py_XDECREF(shp);
+        if (key == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        plan = PyDict_GetItemWithError(plans, key); /* borrowed */
+        Py_DECREF(key);
+        if (plan == NULL || Py_TYPE(plan) != plan_t) {
+            PyErr_Clear();
+            return 0;  /* (no plan yet: the Python path makes it) */
+        }
+        memo_set(m, (PyObject *[]){fn, ta, tb, sa, sb, so, dto, ctx, plan});
     }
     Py_INCREF(plan);  /* (a scalar's converter runs Python: the plan stays while it is used) */
     int r = with_plan(plan, ins, out, a, b, value, handle);
     Py_DECREF(plan);
     return r;
+}
+
+static PyObject *memo_slots(PyObject *self, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1 || n > MEMO_N || (n & (n - 1))) {
+        PyErr_Format(PyExc_ValueError, "celementwise.memo_slots: a power of two from 1 to %d, not %ld", MEMO_N, n);
+        return NULL;
+    }
+    memo_clear();
+    memo_mask = (uintptr_t)n - 1;
+    Py_RETURN_NONE;
 }
 
 static PyObject *ew(PyObject *self, PyObject *const *a, Py_ssize_t n) {
@@ -355,6 +427,7 @@ static PyObject *ew(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 }
 
 static PyMethodDef methods[] = {
+    {"memo_slots", memo_slots, METH_O, "memo_slots(n): the plan memo's slots (a power of two up to 16; emptied)"},
     {"init", init, METH_VARARGS,
      "init(plans, elementwise, failed, comparisons, Scalar, DeviceArray, KernelPair, _Plan, Kernel, _to_f32)"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL, "ew(lane, prim, ins, outs): the elementwise kernel"},
