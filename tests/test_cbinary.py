@@ -262,3 +262,34 @@ def test_an_operator_the_c_call_declines_runs_its_method():
         np.testing.assert_array_equal(np.asarray(got), want)
     with pytest.raises(TypeError):
         xf & 1  # (the method's error, as before)
+
+
+@needs_c
+def test_the_memo_of_the_small_caches_gives_what_the_dicts_give(rng):
+    """ctape.c's memo of the scalar primitives and result dtypes (by the identity of the key's parts, 32
+    slots): many signatures, values and positions in a random order meet in its slots; every call makes
+    the node the Python op makes (its primitive, the same object; its dtype)."""
+    import operator
+
+    dts = [np.float32, np.float16, np.float64]
+    xs = {dt: lf.array(rng.standard_normal(5).astype(dt)) for dt in dts}
+    lf.eval(list(xs.values()))
+    scalars = [1.5, 2.5, 0.75, -1.25, 7.0]  # (Python floats: what the C call takes over any float dtype)
+    fns = [operator.add, operator.mul, operator.sub, operator.truediv]
+    cases = [(f, dt, v, left) for f in fns for dt in dts for v in scalars for left in (True, False)]
+    assert len(cases) > 32
+    for f, dt, v, left in cases:  # (the Python op learns each signature and scalar)
+        f(xs[dt], v) if left else f(v, xs[dt])
+    order = rng.permutation(len(cases))
+    pairs = []
+    for k in list(order) * 2:
+        f, dt, v, left = cases[k]
+        call = (lambda: f(xs[dt], v)) if left else (lambda: f(v, xs[dt]))
+        got, made, _ = _calls(call)
+        want = _python(call)
+        assert made == 1, (f, dt, v, left)
+        assert got._data.prim is want._data.prim and got.dtype == want.dtype, (f, dt, v, left)
+        pairs.append((got, want))
+    lf.eval([a for p in pairs for a in p])  # (once: the first node after an evaluation is the plan cache's)
+    for got, want in pairs:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -264,13 +264,35 @@ static int same_device(PyObject *x, PyObject *y) {  /* x is y or x == y: 1, 0, -
     return x == y ? 1 : PyObject_RichCompareBool(x, y, Py_EQ);
 }
 
-static PyObject *dict_get2(PyObject *dict, PyObject *x, PyObject *y) {  /* dict[(x, y)]: a new reference, or NULL */
-    PyObject *key = PyTuple_Pack(2, x, y);
+/* A memo of the op's small caches (a scalar's primitive, a signature's result dtype) by the identity of
+   the dict and the key's parts: a hit makes no key tuple and hashes nothing (numpy dtypes hash slowly).
+   It holds a reference to each part, so no identity it compares was reused; those caches only ever gain
+   entries, and an entry's value is what the same key gives again. */
+#define GM_N 32
+typedef struct { PyObject *d, *x, *y, *z, *v; } GetMemo;
+static GetMemo gm[GM_N];
+
+/* dict[(x, y)], or dict[(x, y, z)] (z not NULL): a new reference, or NULL (missing, or an error set) */
+static PyObject *memo_get(PyObject *dict, PyObject *x, PyObject *y, PyObject *z) {
+    GetMemo *m = &gm[((uintptr_t)dict >> 4 ^ (uintptr_t)x >> 4 ^ (uintptr_t)y >> 6 ^ (uintptr_t)z >> 8) & (GM_N - 1)];
+    if (m->v != NULL && m->d == dict && m->x == x && m->y == y && m->z == z)
+        return Py_NewRef(m->v);
+    PyObject *key = z != NULL ? PyTuple_Pack(3, x, y, z) : PyTuple_Pack(2, x, y);
     if (key == NULL)
         return NULL;
-    PyObject *v = PyDict_GetItemWithError(dict, key);
+    PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, key));
     Py_DECREF(key);
-    return Py_XNewRef(v);
+    if (v == NULL)
+        return NULL;
+    PyObject *old[5] = {m->d, m->x, m->y, m->z, m->v};  /* (all set before any old part goes: a finalizer may run) */
+    m->d = Py_NewRef(dict);
+    m->x = Py_NewRef(x);
+    m->y = Py_NewRef(y);
+    m->z = Py_XNewRef(z);
+    m->v = Py_NewRef(v);
+    for (int k = 0; k < 5; k++)
+        Py_XDECREF(old[k]);
+    return v;
 }
 
 /* binary's work, its state checked (a 6-tuple) */
@@ -309,16 +331,11 @@ static PyObject *binary_of(PyObject *state, PyObject *a, PyObject *b) {
             if (fl <= 0)
                 goto decline_or_fail;
         }
-        PyObject *at = PyLong_FromLong(arr == a ? 1 : 0);
-        PyObject *key = at == NULL ? NULL : PyTuple_Pack(3, oc, other, at);
-        Py_XDECREF(at);
-        if (key == NULL)
-            goto done;
-        prim = Py_XNewRef(PyDict_GetItemWithError(PyTuple_GET_ITEM(state, 1), key));
-        Py_DECREF(key);
+        prim = memo_get(PyTuple_GET_ITEM(state, 1), oc, other, arr == a ? one : zero);  /* (type, value, position) */
         if (prim == NULL)
             goto decline_or_fail;
-        out = arr == a ? dict_get2(PyTuple_GET_ITEM(state, 3), dtype, oc) : dict_get2(PyTuple_GET_ITEM(state, 4), oc, dtype);
+        out = arr == a ? memo_get(PyTuple_GET_ITEM(state, 3), dtype, oc, NULL)
+                       : memo_get(PyTuple_GET_ITEM(state, 4), oc, dtype, NULL);
     } else {
         PyObject *edev = SLOT(e, node_off[DEVICE]), *eshape = SLOT(e, node_off[SHAPE]), *edt = SLOT(e, node_off[DTYPE]);
         if (edev == NULL || eshape == NULL || edt == NULL || SLOT(e, node_off[USERS]) == NULL ||
@@ -339,7 +356,7 @@ static PyObject *binary_of(PyObject *state, PyObject *a, PyObject *b) {
         edt = SLOT(e, node_off[DTYPE]);
         if (edt == NULL)
             goto decline;
-        out = dict_get2(PyTuple_GET_ITEM(state, 2), dtype, edt);
+        out = memo_get(PyTuple_GET_ITEM(state, 2), dtype, edt, NULL);
     }
     if (out == NULL)
         goto decline_or_fail;
