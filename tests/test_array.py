@@ -430,3 +430,18 @@ def test_arrays_and_devices_pickle_by_value(device, rng):
     assert y is not x and y.device == device and y.dtype == x.dtype
     np.testing.assert_array_equal(np.asarray(y), xn * 2)
     assert pickle.loads(pickle.dumps(lf.Device("cpu"))) == lf.cpu
+
+
+def test_a_device_is_one_object_however_it_is_named():
+    """Devices are interned: the hot paths compare them by identity (in Python and in C) and fall back to
+    ``__eq__`` only for an equal object of a subclass."""
+    import copy
+    import pickle
+
+    for d in (lf.cpu, lf.gpu, lf.Device("gpu", 3)):
+        assert lf.Device(d.type, d.index) is d and lf.Device(d.type, np.int64(d.index).item()) is d
+        assert pickle.loads(pickle.dumps(d)) is d and copy.copy(d) is d and copy.deepcopy(d) is d
+    assert lf.new_stream("cpu", lanes=1).device is lf.cpu
+    assert lf.Device("gpu", 1) is not lf.Device("gpu", 2) and lf.Device("gpu", 1) != lf.gpu
+    with pytest.raises(ValueError, match="index must be a non-negative int"):
+        lf.Device("gpu", True)

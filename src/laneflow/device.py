@@ -18,16 +18,25 @@ class Device:
 
     __slots__ = ("type", "index", "_hash")
 
-    def __init__(self, type: str, index: int = 0):
+    def __new__(cls, type: str, index: int = 0) -> "Device":
+        # One object per device: ``Device("gpu", 0)``, ``"gpu"`` and ``lf.gpu`` are the same object, so the
+        # hot paths' identity checks (``x.device is stream.device``, in Python and in C) hold without
+        # calling __eq__ (a Python call each: several an op where a stream was made from a string).
         if type not in _TYPES:
             raise ValueError(f"Device: unknown device type {type!r}; expected one of {_TYPES}")
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise ValueError(f"Device: index must be a non-negative int, got {index!r}")
         if type == "cpu" and index != 0:
             raise ValueError(f"Device: there is one cpu device (index 0), got index {index}")
-        object.__setattr__(self, "type", type)
-        object.__setattr__(self, "index", index)
-        object.__setattr__(self, "_hash", hash((type, index)))  # devices key hot dicts (compile caches)
+        index = int(index)  # (an int subclass keys as its value)
+        d = _DEVICES.get((cls, type, index))
+        if d is None:
+            d = object.__new__(cls)
+            object.__setattr__(d, "type", type)
+            object.__setattr__(d, "index", index)
+            object.__setattr__(d, "_hash", hash((type, index)))  # devices key hot dicts (compile caches)
+            d = _DEVICES.setdefault((cls, type, index), d)  # (two threads at once: one object still)
+        return d
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Device is immutable")
@@ -48,6 +57,7 @@ class Device:
         return f"{self.type}:{self.index}"
 
 
+_DEVICES: dict = {}  # (class, type, index) -> the one Device
 cpu = Device("cpu", 0)
 gpu = Device("gpu", 0)
 
