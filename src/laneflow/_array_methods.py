@@ -200,11 +200,12 @@ def _attach() -> None:
 def _shortcuts() -> None:
     """A binary operator's common call (``x + y``, ``2.0 * x``) without its two Python frames: the taped
     method calls the op's C call itself, and runs as before where that declines (``ops/ctape.py``)."""
-    from .ops import ctape
+    from .ops import core, ctape
 
     for name, op in OPERATORS.items():
         for reflected in (False, True):
-            ctape.shortcut(getattr(Array, f"__r{name}__" if reflected else f"__{name}__"), getattr(raw, op), reflected)
+            ctape.shortcut(getattr(Array, f"__r{name}__" if reflected else f"__{name}__"), getattr(raw, op), reflected,
+                           core._binary)
 
 
 _attach()

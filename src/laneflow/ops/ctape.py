@@ -48,19 +48,17 @@ def why_not() -> str | None:
     return _once.why_not()
 
 
-def shortcut(wrapper: object, op: object, reflected: bool) -> bool:
+def shortcut(wrapper: object, op: object, reflected: bool, toggle: list) -> bool:
     """Let the taped operator ``wrapper`` (``Array.__add__``: ``_array_methods.py``) answer its common call
     with ``op``'s C call (a binary elementwise op's: ``ops/elementwise.py``), on ``(other, self)`` when
     ``reflected``. Saves the method's and the op's Python frames (about 0.15 us an operator on the CPU VM).
     False, nothing changed, when ``op`` has no C call or ``wrapper`` is not the C wrapper. The shortcut
-    follows ``ops/core.py``'s ``_binary`` toggle: with anything but the C call there, the method runs."""
+    follows ``toggle`` (``ops/core.py``'s ``_binary``): with anything but the C call there, the method runs."""
     state = getattr(op, "_cstate", None)
     mod = load()
     if state is None or mod is None or not steps_on() or type(wrapper).__name__ != "taped":
         return False
-    from . import core  # (core loads this module at its import)
-
-    mod.taped_shortcut(wrapper, state, reflected, core._binary)
+    mod.taped_shortcut(wrapper, state, reflected, toggle)
     return True
 
 
