@@ -216,6 +216,11 @@ def _accepts(d, pos: int, shape: tuple, strides: tuple, backend) -> bool:
 
 
 def _fold_into(d: ArrayData, views: dict) -> bool:
+    for i in d.inputs:  # (most readers read no view: one look each before any list is made)
+        if i in views:
+            break
+    else:
+        return False
     backend = d.stream.backend
     ins = list(d.inputs)
     old = getattr(d.prim, "in_views", None)
