@@ -445,3 +445,29 @@ def test_a_device_is_one_object_however_it_is_named():
     assert lf.Device("gpu", 1) is not lf.Device("gpu", 2) and lf.Device("gpu", 1) != lf.gpu
     with pytest.raises(ValueError, match="index must be a non-negative int"):
         lf.Device("gpu", True)
+
+
+def test_a_device_subclass_makes_its_own_objects():
+    """Only Device itself is interned: a subclass may take arguments and hold state of its own (as before
+    interning), and its objects equal the interned device."""
+    from laneflow.device import Device
+
+    class Named(Device):
+        __slots__ = ()
+
+        def __init__(self, type, index=0):
+            super().__init__(type, index)
+
+    class Tagged(Device):
+        __slots__ = ("tag",)
+
+        def __init__(self, type, index=0, tag=None):
+            super().__init__(type, index)
+            object.__setattr__(self, "tag", tag)
+
+    n = Named("gpu", 1)
+    assert n == lf.Device("gpu", 1) and n is not lf.Device("gpu", 1) and type(n) is Named
+    a, b = Tagged("gpu", 1, tag="a"), Tagged("gpu", 1, tag="b")
+    assert a is not b and (a.tag, b.tag) == ("a", "b") and a == b
+    with pytest.raises(TypeError, match="takes a type and an index"):
+        lf.Device("gpu", 1, "extra")

@@ -295,3 +295,42 @@ def test_the_memo_of_the_small_caches_gives_what_the_dicts_give(rng):
     lf.eval([a for p in pairs for a in p])  # (once: the first node after an evaluation is the plan cache's)
     for got, want in pairs:
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+_REINSTALL = r"""
+import numpy as np
+import laneflow as lf
+from laneflow.device import Device
+from laneflow.ops import core, ctape
+
+mod = ctape.load()
+real = lf.multiply._cstate
+x = lf.array(np.arange(4.0, dtype=np.float32), device=lf.cpu)
+lf.eval(x)
+class Equal(Device):  # (an equal device that is another object: its __eq__ runs inside the C call)
+    __slots__ = ()
+y = lf.array(np.ones(4, np.float32), stream=lf.new_stream(Equal("cpu"), lanes=1))
+lf.eval(y)
+x * y, x * y  # (the signature learnt)
+mod.taped_shortcut(lf.Array.__mul__, tuple(list(real)), False, core._binary)  # a copy the wrapper alone holds
+eq = Device.__eq__
+def reinstalling_eq(self, other):
+    Device.__eq__ = eq
+    mod.taped_shortcut(lf.Array.__mul__, real, False, core._binary)  # the copy's last reference goes
+    for _ in range(100):
+        tuple(range(6))  # (its memory reused)
+    return eq(self, other)
+Device.__eq__ = reinstalling_eq
+r = x * y
+print("survived", np.asarray(r).tolist())
+"""
+
+
+@needs_c
+def test_an_operator_keeps_its_state_while_python_inside_replaces_it(tmp_path):
+    """The operator's C call runs Python inside (a device's __eq__); the wrapper's state replaced meanwhile
+    (ctape.taped_shortcut again) must stay alive for the call (a debug allocator makes a use after free crash)."""
+    from conftest import run_laneflow_script
+
+    out = run_laneflow_script(_REINSTALL, tmp_path, PYTHONMALLOC="debug")
+    assert "survived [0.0, 1.0, 2.0, 3.0]" in out

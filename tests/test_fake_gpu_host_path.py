@@ -379,6 +379,55 @@ def test_the_c_launchs_plan_memo_tells_keys_apart(tmp_path):
     assert "same" in p.stdout
 
 
+_MEMO_FINALIZER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda.kernels import celementwise, elementwise as E
+from laneflow.graph import fusion
+from laneflow.ops.primitives import Elementwise
+
+fusion.set_enabled(False)
+cel = celementwise.load()
+s = lf.new_stream(lf.gpu, lanes=1)
+lane = s.lanes[0]
+arrs = [lf.array(np.full(8, k + 1.0, np.float32), stream=s) for k in range(4)]
+lf.eval(arrs)
+a, b, o1, o2 = (t._data.buffer.data for t in arrs)
+A, B, C = (Elementwise(n, n, (0, 1)) for n in ("add", "multiply", "subtract"))
+def launch(p, out):
+    cel.ew(lane, p, [a, b], [out])
+for p in (A, B, C):  # (the Python launch makes each plan and kernel; the next one is C's)
+    launch(p, o1); launch(p, o1)
+cel.memo_slots(1)
+key = lambda fn: next(k for k in E._plans if k[0] == fn)
+launch(A, o1)  # the one slot: A's plan
+plan_a = E._plans.pop(key("add"))  # (as plan.keep's clear would): the memo holds A's plan alone
+class Finalizer:
+    def __del__(self):
+        E._plans.pop(key("multiply"))  # B's plan leaves _plans (plan.keep's clear, say) ...
+        launch(C, o2)  # ... and C's launch takes the slot, letting B's plan go
+plan_a.build = Finalizer()
+del plan_a
+launch(B, o1)  # a miss: B's plan found in _plans; the slot's old parts let go run the finalizer
+print("survived")
+cel.memo_slots(16)
+"""
+
+
+def test_the_plan_memo_keeps_its_plan_while_a_finalizer_replaces_the_slot(tmp_path, monkeypatch):
+    """Storing a plan in celementwise.c's memo lets the slot's old parts go, which may run a finalizer
+    that empties _plans and launches another key into the same slot: the launch must own its plan first
+    (a debug allocator makes a use after free crash)."""
+    monkeypatch.setenv("PYTHONMALLOC", "debug")
+    p = run_under_fake_driver(_MEMO_FINALIZER, tmp_path, 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "survived" in p.stdout
+
+
 def test_c_paths_launch_what_python_launches(tmp_path):
     """The C submit path (graph/csubmit.c), the C elementwise launch (celementwise.c) and the lanes' C
     enqueue (cenqueue.c) launch the same

@@ -18,7 +18,7 @@ class Device:
 
     __slots__ = ("type", "index", "_hash")
 
-    def __new__(cls, type: str, index: int = 0) -> "Device":
+    def __new__(cls, type: str, index: int = 0, *args: Any, **kwargs: Any) -> "Device":
         # One object per device: ``Device("gpu", 0)``, ``"gpu"`` and ``lf.gpu`` are the same object, so the
         # hot paths' identity checks (``x.device is stream.device``, in Python and in C) hold without
         # calling __eq__ (a Python call each: several an op where a stream was made from a string).
@@ -29,14 +29,18 @@ class Device:
         if type == "cpu" and index != 0:
             raise ValueError(f"Device: there is one cpu device (index 0), got index {index}")
         index = int(index)  # (an int subclass keys as its value)
-        d = _DEVICES.get((cls, type, index))
+        if cls is not Device:  # a subclass may hold state or take arguments of its own: an object a call, as
+            return _made(object.__new__(cls), type, index)  # before (it compares equal, by __eq__)
+        if args or kwargs:
+            raise TypeError(f"Device() takes a type and an index, got {len(args)} more argument(s)"
+                            f"{' and ' + ', '.join(kwargs) if kwargs else ''}")
+        d = _DEVICES.get((type, index))
         if d is None:
-            d = object.__new__(cls)
-            object.__setattr__(d, "type", type)
-            object.__setattr__(d, "index", index)
-            object.__setattr__(d, "_hash", hash((type, index)))  # devices key hot dicts (compile caches)
-            d = _DEVICES.setdefault((cls, type, index), d)  # (two threads at once: one object still)
+            d = _DEVICES.setdefault((type, index), _made(object.__new__(cls), type, index))  # (two threads: one)
         return d
+
+    def __init__(self, type: str, index: int = 0, *args: Any, **kwargs: Any) -> None:
+        pass  # (made in __new__; here so that a subclass's ``super().__init__(type, index)`` still works)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Device is immutable")
@@ -57,7 +61,14 @@ class Device:
         return f"{self.type}:{self.index}"
 
 
-_DEVICES: dict = {}  # (class, type, index) -> the one Device
+def _made(d: Device, type: str, index: int) -> Device:
+    object.__setattr__(d, "type", type)
+    object.__setattr__(d, "index", index)
+    object.__setattr__(d, "_hash", hash((type, index)))  # devices key hot dicts (compile caches)
+    return d
+
+
+_DEVICES: dict = {}  # (type, index) -> the one Device
 cpu = Device("cpu", 0)
 gpu = Device("gpu", 0)
 

@@ -164,7 +164,8 @@ def passes(order: list) -> list | None:
 
 def _kinds(order: list) -> set | None:
     """The kinds of the primitives of ``order`` (csubmit.c), or None (not known: no C module, or an item
-    that is not a plain node)."""
+    that is not a plain node). A primitive's kind is read from its class: a primitive must not set
+    ``kind`` per instance (none does; a pass could be skipped wrongly)."""
     c = _c_kinds[0]
     if c is _UNSET:
         mod = csubmit.load()

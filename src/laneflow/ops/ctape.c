@@ -1313,7 +1313,9 @@ static PyObject *taped_vcall(PyObject *op, PyObject *const *args, size_t nargsf,
     if (s == Py_None) {
         if (t->bstate != NULL && kwnames == NULL && PyVectorcall_NARGS(nargsf) == 2 && binary_is_on(t->toggle)) {
             /* an operator (x + y): what its Python method's op would do first, without the two frames */
-            PyObject *r = t->reflected ? binary_of(t->bstate, args[1], args[0]) : binary_of(t->bstate, args[0], args[1]);
+            PyObject *bs = Py_NewRef(t->bstate);  /* (Python runs inside: a taped_shortcut meanwhile replaces it) */
+            PyObject *r = t->reflected ? binary_of(bs, args[1], args[0]) : binary_of(bs, args[0], args[1]);
+            Py_DECREF(bs);
             if (r != Py_None)
                 return r;  /* (the result, or NULL: an error passed on as the op passes it on) */
             Py_DECREF(r);

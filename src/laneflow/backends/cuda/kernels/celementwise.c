@@ -376,7 +376,7 @@ static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
     PyObject *plan = NULL;
     if (m->plan != NULL && m->fn == fn && m->ta == ta && m->tb == tb && m->dto == dto && m->ctx == ctx &&
         same_shape(m->sa, sa) && same_shape(m->so, so) && (sb == NULL ? m->sb == NULL : same_shape(m->sb, sb))) {
-        plan = m->plan;  /* (the plan of an equal key: the memo holds every part of it, so none was reused) */
+        plan = Py_NewRef(m->plan);  /* (the plan of an equal key: the memo holds every part of it, so none was reused) */
     } else {
         PyObject *pat = PyTuple_Pack(2, ta, tb);
         PyObject *shp = sb != NULL ? PyTuple_Pack(2, sa, sb) : PyTuple_Pack(1, sa);
@@ -394,9 +394,10 @@ static int fast(PyObject *lane, PyObject *prim, PyObject *ins, PyObject *outs) {
             PyErr_Clear();
             return 0;  /* (no plan yet: the Python path makes it) */
         }
+        Py_INCREF(plan);  /* (ours before memo_set lets the slot's old parts go: a finalizer may run there) */
         memo_set(m, (PyObject *[]){fn, ta, tb, sa, sb, so, dto, ctx, plan});
     }
-    Py_INCREF(plan);  /* (a scalar's converter runs Python: the plan stays while it is used) */
+    /* (the plan is ours from here: a scalar's converter runs Python) */
     int r = with_plan(plan, ins, out, a, b, value, handle);
     Py_DECREF(plan);
     return r;
