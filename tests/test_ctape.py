@@ -458,3 +458,16 @@ def test_an_arrays_finalizer_in_c_counts_its_value_down_and_ignores_an_unbound_a
     unbound = object.__new__(Array)  # construction failed before _data was set: dies quietly
     del unbound
     gc.collect()
+
+
+def test_native_keep_leaves_the_built_modules_where_a_profiler_finds_them(tmp_path):
+    """LANEFLOW_NATIVE_KEEP=<dir> (native.py, for native profilers): the C modules load from files left in
+    that directory, by their module names; without it no file is left."""
+    if ctape.load() is None:
+        pytest.skip(f"the tape's C module is not built here ({ctape.why_not()})")
+    script = "import laneflow as lf\nfrom laneflow.ops import ctape\nprint(ctape.load().__file__)\n"
+    keep = tmp_path / "keep"
+    out = run_laneflow_script(script, tmp_path, LANEFLOW_NATIVE_KEEP=str(keep)).strip().splitlines()[-1]
+    assert out.startswith(str(keep)) and os.path.exists(out) and "_laneflow_ctape" in os.path.basename(out)
+    out = run_laneflow_script(script, tmp_path, unset=("LANEFLOW_NATIVE_KEEP",)).strip().splitlines()[-1]
+    assert not os.path.exists(out)

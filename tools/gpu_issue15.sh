@@ -21,6 +21,8 @@
 #  11. tools/probe_chain_floor.py: the uncached add chain's wall, host and GPU time per add, laneflow and
 #      torch in one process (is the per-command target bound by the host or the GPU? 2026-12-05: the host;
 #      the GPU needs about 2 us a stream-launched tiny kernel)
+#  12. tools/profile_native.py under py-spy --native (PYSPY: its path; skipped where there is none), the
+#      chain and the mixed chain: where an uncached command's host time goes, driver and C modules named
 # Logs go to $OUT (default ./gpu-issue15-out); a short table is printed last. REPEAT (default 40) sets
 # bench gpt2's repeats.
 set -u
@@ -68,6 +70,16 @@ for l in 1 4; do
 done
 timeout 120 python3 tools/probe_chain_floor.py --rounds 3 >"$OUT/chain-floor.log" 2>&1  # 11.
 echo "probe_chain_floor rc=$?" >>"$OUT/env.txt"
+PYSPY=${PYSPY:-$(command -v py-spy || echo /tmp/site/bin/py-spy)}  # 12.
+if [ -x "$PYSPY" ]; then
+  for w in chain mixed; do
+    LANEFLOW_NATIVE_KEEP=/tmp/lf-native timeout 60 "$PYSPY" record --native -r 2000 -f raw -o "$OUT/native-$w.raw" \
+      -- python3 tools/profile_native.py $w --seconds 12 >"$OUT/native-$w.log" 2>&1
+    python3 tools/profile_native.py --summary "$OUT/native-$w.raw" >>"$OUT/native-$w.log" 2>&1
+    echo "profile_native $w rc=$?" >>"$OUT/env.txt"
+    rm -f "$OUT/native-$w.raw"
+  done
+fi
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.txt)
 
 echo "== env"; cat "$OUT/env.txt"
@@ -86,6 +98,7 @@ grep -E "uncached|torch eager" "$OUT/bench-dispatch.log" | cut -c1-110 | tail -5
 echo "== chain, C shim A/B"; cat "$OUT/chain-ab.log"
 echo "== hit timeline"; grep -vE "^ *$" "$OUT/hit-timeline.log" | tail -16
 echo "== chain floor (us per add: wall, host, GPU)"; tail -3 "$OUT/chain-floor.log"
+for w in chain mixed; do [ -f "$OUT/native-$w.log" ] && { echo "== native profile, $w (self)"; grep -A12 "^-- self" "$OUT/native-$w.log"; }; done
 if [ -f "$OUT/bench-gpt2-sequential.log" ]; then
   echo "== bench gpt2 --order sequential"
   grep -E "lf.nn eager |lf.nn compiled  |lf.nn eager, uncached|torch (eager|graph)|jax jit" \

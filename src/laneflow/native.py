@@ -84,9 +84,15 @@ def key(prefix: str, source: bytes) -> str:
 
 def load(name: str, image: bytes, entry: str) -> ModuleType:
     """The extension module ``name`` in ``image`` (written to a private temporary directory, loaded,
-    removed); ImportError when it is not one (no ``entry`` function: another source or compiler)."""
+    removed); ImportError when it is not one (no ``entry`` function: another source or compiler).
+
+    ``LANEFLOW_NATIVE_KEEP=<directory>`` writes it there instead and leaves it, so that a native profiler
+    (``py-spy record --native``, ``perf``) can read its symbols from the file: for profiling only."""
+    keep = os.environ.get("LANEFLOW_NATIVE_KEEP")
     with tempfile.TemporaryDirectory(prefix="laneflow-native-") as d:  # (mode 0700: ours alone)
-        path = os.path.join(d, name + suffix())
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+        path = os.path.join(keep or d, name + suffix())
         with open(path, "wb") as f:
             f.write(image)
         loader = importlib.machinery.ExtensionFileLoader(name, path)
