@@ -53,7 +53,7 @@ def toposort(roots: Sequence[ArrayData]) -> list[ArrayData]:
     # The search in C (csubmit.c: the same order; None for a graph it does not cover), else below.
     c = _c_toposort[0]
     if c is _UNSET:
-        c = _c_toposort[0] = _load_c_toposort()
+        c = _from_c(_c_toposort, "toposort")
     if c is not None:
         got = c(roots, LazyData)
         if got is not None:
@@ -91,9 +91,11 @@ _UNSET = object()
 _c_toposort: list = [_UNSET]
 
 
-def _load_c_toposort():
+def _from_c(cell: list, name: str):
+    """csubmit's function ``name``, kept in ``cell`` (None without the C module, or LANEFLOW_CSUBMIT=0)."""
     mod = csubmit.load()
-    return None if mod is None else mod.toposort
+    cell[0] = None if mod is None else getattr(mod, name)
+    return cell[0]
 
 
 def schedule(roots: Sequence[ArrayData]) -> None:
@@ -168,12 +170,11 @@ def _kinds(order: list) -> set | None:
     ``kind`` per instance (none does; a pass could be skipped wrongly)."""
     c = _c_kinds[0]
     if c is _UNSET:
-        mod = csubmit.load()
-        c = _c_kinds[0] = None if mod is None else mod.kinds
+        c = _from_c(_c_kinds, "kinds")
     return None if c is None or order.__class__ is not list else c(order)
 
 
-#: csubmit's kinds (None: every pass runs; tests set None to compare)
+#: csubmit's kinds (looked up at the first use; None: every pass runs; tests set None to compare)
 _c_kinds: list = [_UNSET]
 
 
