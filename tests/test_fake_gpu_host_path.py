@@ -446,3 +446,107 @@ def test_reused_reduction_launches_equal_planned_ones(tmp_path):
     p = run_under_fake_driver(_REDUCE_REUSE, tmp_path, 300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "same" in p.stdout
+
+
+_C_ENQUEUE_ANY = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_cuda
+fake_cuda.install()
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda import cenqueue, dispatch
+from laneflow.graph import csubmit, eval_cache, fusion
+
+fusion.set_enabled(False)
+assert csubmit.submitter() is not None and cenqueue.fast() is not None, (csubmit.why_not(), cenqueue.why_not())
+s = lf.new_stream(lf.gpu, lanes=1)
+(lane,) = s.lanes
+fast = cenqueue.fast()
+taken = []
+def spy(ln, cmd):
+    pending = len(ln.ctx.memory.pending)
+    r = fast(ln, cmd)
+    taken.append((cmd.op, r, pending, len(ln.ctx.memory.pending)))
+    return r
+x = lf.array(np.arange(20, dtype=np.float32).reshape(4, 5), stream=s)
+w = lf.array(np.eye(5, dtype=np.float32), stream=s)
+lf.eval(x, w)
+
+def program():
+    # a matmul, a reduction, elementwise ops, a gather with indices computed on the device (it registers
+    # a device-side check), values dying between commands (their frees pending at the next enqueue)
+    with lf.stream(s), eval_cache.bypass():
+        v = x
+        for _ in range(3):
+            v = (v @ w) * 0.5
+            v = v - lf.sum(v, axis=0, keepdims=True)
+        idx = lf.arange(4, dtype=lf.int64) * 3  # 0, 3, 6, 9: 6 and 9 out of range for 5 columns
+        g = lf.take(v, idx, axis=1)
+        lf.async_eval(g)  # (no host wait: it would read the check)
+    return g
+
+def run(on):
+    lane.enqueue_fast = spy if on else None
+    program()  # (its values die after its evaluation: their frees are pending at the next one's first command)
+    del taken[:]
+    base = lane.fence._last
+    g = program()
+    (chk,) = g._data.buffer.checks
+    got = (chk.seq - base, chk.lane is lane, chk.where)  # (the command's place in the program)
+    chk.slots.words(chk.slot)[:2] = (1, 9)  # the kernel's flag and the index it read, as a GPU would write them
+    try:
+        np.asarray(g)
+        err = None
+    except lf.ExecutionError as e:
+        err = str(e)
+    return got, err
+
+on = run(True)
+taken_on = list(taken)
+off = run(False)
+assert not taken  # (off: the Python path only)
+taken = taken_on
+ops = [t[0] for t in taken]
+print("ops", ops)
+assert all(t[1] is True for t in taken), taken                      # every command taken in C
+assert {"matmul", "sum", "take"} <= set(ops), ops                    # not only elementwise ones
+assert any(t[2] for t in taken) and not any(t[3] for t in taken), taken  # frees pending: collected
+assert on == off, (on, off)                                          # the check bound alike, the same error
+assert on[1] and "take" in on[1] and "index 9 is out of bounds" in on[1], on
+
+# a kernel that raises: the outputs carry the same error either way, and the lane goes on
+real = dispatch.KERNELS["reduce"]
+def broken(*a, **k):
+    raise RuntimeError("injected")
+errs = []
+for on in (True, False):
+    lane.enqueue_fast = spy if on else None
+    dispatch.KERNELS["reduce"] = broken
+    try:
+        with lf.stream(s), eval_cache.bypass():
+            y = lf.sum(x * 2.0, axis=1)
+            lf.eval(y)
+        errs.append(None)
+    except lf.ExecutionError as e:
+        errs.append(str(e))
+    finally:
+        dispatch.KERNELS["reduce"] = real
+    with lf.stream(s):
+        np.asarray(x + 1.0)
+assert errs[0] is not None and errs[0] == errs[1] and "injected" in errs[0], errs
+# a closure's command (no primitive) is declined
+from laneflow.runtime.lane import Command
+assert fast(lane, Command("host", lambda ln: None, [], [])) is False
+print("same", on, errs[0])
+"""
+
+
+def test_the_c_enqueue_takes_any_kernels_command_and_binds_its_checks_as_python_does(tmp_path):
+    """The lanes' C enqueue (cenqueue.c) takes a matmul's, a reduction's and a gather's command too, with
+    frees pending (it collects them): the gather's device-side check is bound to the same command, lane
+    and shapes as the Python path binds it, and a failure it reports raises the same error; a kernel
+    that raises fails the outputs with the same error; a closure's command is declined."""
+    p = run_under_fake_driver(_C_ENQUEUE_ANY, tmp_path, 300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert "same" in p.stdout

@@ -195,13 +195,8 @@ class Command:
                 err = self.error_of(e, lane)
             finally:
                 lane.checks = None
-                if found:
-                    # A kernel's error is read later, when its buffers may be gone: its shapes now (a
-                    # few; a CUDA graph's launch, reading every weight, names the op inside instead).
-                    where = self.site(lane) if self.prim is not None else ""
-                    for c in found:  # also after a failure: a kernel may have been launched
-                        c.bind(lane, self.seq)
-                        c.where = where
+                if found:  # also after a failure: a kernel may have been launched
+                    self._bind(lane, found)
             if err is None:
                 if found:
                     inherited = _merge(inherited, tuple(found))
@@ -213,6 +208,21 @@ class Command:
         for b in self.writes:
             b.error = err
             b.checks = None
+
+    def _bind(self, lane: "Lane", found: list) -> None:
+        # A kernel's error is read later, when its buffers may be gone: its shapes now (a few; a CUDA
+        # graph's launch, reading every weight, names the op inside instead).
+        where = self.site(lane) if self.prim is not None else ""
+        for c in found:
+            c.bind(lane, self.seq)
+            c.where = where
+
+    def bind_found(self, lane: "Lane", found: list) -> tuple | None:
+        """The device-side checks the kernel registered (``found``) bound to this command, as :meth:`run`
+        binds them; returns the outputs' checks when the command inherits none. The C enqueue
+        (``backends/cuda/cenqueue.c``) calls it, after the kernel, when ``found`` is not empty."""
+        self._bind(lane, found)
+        return _merge(None, tuple(found))
 
     def error_of(self, e: Exception, lane: "Lane") -> LaneflowError:
         """The error the outputs get when the work raised ``e``: itself when it is laneflow's, else an

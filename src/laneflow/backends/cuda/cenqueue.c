@@ -1,16 +1,18 @@
-/* A GPU lane's enqueue of an elementwise command in C (backends/cuda/cenqueue.py loads it; a CudaLane
-   keeps it as enqueue_fast, which graph/csubmit.c calls before lane._enqueue).
+/* A GPU lane's enqueue of a kernel's command in C (backends/cuda/cenqueue.py loads it; a CudaLane keeps it
+   as enqueue_fast, which graph/csubmit.c calls before lane._enqueue).
 
    enqueue(lane, cmd) -> True: it did what CudaLane._enqueue does for the command (lanes.py), in the same
-   order: the outputs' host copies dropped and their memory allocated on the lane (memory.allocate), the
-   command run as Command.run runs it (the kernel, then the outputs' error and checks cleared; a failure,
+   order: the frees that died since collected (Memory.collect and collect_foreign, Python calls, when there
+   are any), the outputs' host copies dropped and their memory allocated on the lane (memory.allocate), the
+   command run as Command.run runs it (the kernel, fn(lane, prim, ins, outs); then the device-side checks it
+   registered bound, through Command.bind_found, and the outputs' error cleared and checks set; a failure,
    Command.fail), then the fence told (EventFence.mark: an event recorded after every MARK_EVERY-th
-   command, through EventFence._record_now). False: nothing was done, and CudaLane._enqueue must run it.
+   command, through EventFence._record_now). False: nothing was done but the frees, and CudaLane._enqueue
+   must run it.
 
-   It declines (False) all but the common case: a command whose kernel is the C elementwise launch
-   (kernels/celementwise.c) for a primitive that is not an integer power (so its kernel defers no check),
-   its context current on this thread, no pending frees, no foreign memory, no injected delays, tracing
-   off, and inputs that carry no error and no pending check and are device memory.
+   It declines (False) all but the common case: a command of a primitive, its context current on this
+   thread, no injected delays, tracing off, and inputs that carry no error and no pending check and, like
+   the outputs, are device memory.
 
    Why: an uncached command's enqueue was four Python frames (_enqueue, Command.run, mark,
    ensure_current). */
@@ -18,7 +20,7 @@
 #include "../../native.h"
 
 static PyTypeObject *cmd_t, *buf_t, *array_t, *fence_t;
-static PyObject *ew, *tls, *delays_dict, *tracing_dict, *lanes_dict, *laneflow_error;
+static PyObject *tls, *delays_dict, *tracing_dict, *lanes_dict, *laneflow_error;
 static const char *const C_SLOTS[] = {"op", "fn", "reads", "writes", "seq", "prim", "ins", "outs"};
 enum { C_OP, C_FN, C_READS, C_WRITES, C_SEQ, C_PRIM, C_INS, C_OUTS, C_N };
 static const char *const B_SLOTS[] = {"data", "error", "checks"};
@@ -31,11 +33,11 @@ static Py_ssize_t c_off[C_N], b_off[B_N], a_off[A_N], f_off[F_N];
 static const char *const LANE_ATTRS[] = {"ctx", "handle", "fence", "checks"};
 static const char *const CTX_ATTRS[] = {"memory"};
 static const char *const MEM_ATTRS[] = {"pending", "waiting", "retired", "foreign"};
-static const char *const PRIM_ATTRS[] = {"fn"};
 static Plain lane_plain = {LANE_ATTRS, 4, 0, {0}}, ctx_plain = {CTX_ATTRS, 1, 0, {0}},
-             mem_plain = {MEM_ATTRS, 4, 0, {0}}, prim_plain = {PRIM_ATTRS, 1, 0, {0}};
+             mem_plain = {MEM_ATTRS, 4, 0, {0}};
 static PyObject *s_ctx, *s_handle, *s_fence, *s_checks, *s_memory, *s_pending, *s_waiting, *s_retired, *s_foreign,
-    *s_current, *s_hook, *s_active, *s_mark_every, *s_record_now, *s_allocate, *s_fail, *s_fn, *s_power;
+    *s_current, *s_hook, *s_active, *s_mark_every, *s_record_now, *s_allocate, *s_fail, *s_collect,
+    *s_collect_foreign, *s_bind_found;
 
 /* The raised exception, taken (a new reference), and raising it again (3.11 has no
    PyErr_GetRaisedException) */
@@ -54,14 +56,13 @@ static void raise_exc(PyObject *v) {  /* (steals v) */
     PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(v)), v, PyException_GetTraceback(v));
 }
 
-/* init(Command, Buffer, DeviceArray, EventFence, the C elementwise kernel, driver._tls, delays, tracing,
-        lanes module, LaneflowError) */
+/* init(Command, Buffer, DeviceArray, EventFence, driver._tls, delays, tracing, lanes module, LaneflowError) */
 static PyObject *init(PyObject *self, PyObject *args) {
     PyTypeObject *ct, *bt, *at, *ft;
-    PyObject *e, *t, *dm, *tm, *lm, *le;
+    PyObject *t, *dm, *tm, *lm, *le;
     Py_ssize_t co[C_N], bo[B_N], ao[A_N], fo[F_N];
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOO!O!O!O", &PyType_Type, &ct, &PyType_Type, &bt, &PyType_Type, &at,
-                          &PyType_Type, &ft, &e, &t, &PyModule_Type, &dm, &PyModule_Type, &tm, &PyModule_Type, &lm,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!O", &PyType_Type, &ct, &PyType_Type, &bt, &PyType_Type, &at,
+                          &PyType_Type, &ft, &t, &PyModule_Type, &dm, &PyModule_Type, &tm, &PyModule_Type, &lm,
                           &le))
         return NULL;
     if (offsets_of(ct, C_SLOTS, C_N, co) || offsets_of(bt, B_SLOTS, B_N, bo) || offsets_of(at, A_SLOTS, A_N, ao) ||
@@ -73,7 +74,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     INTERN(s_retired, "retired"); INTERN(s_foreign, "foreign"); INTERN(s_current, "current");
     INTERN(s_hook, "_hook"); INTERN(s_active, "active"); INTERN(s_mark_every, "MARK_EVERY");
     INTERN(s_record_now, "_record_now"); INTERN(s_allocate, "allocate"); INTERN(s_fail, "fail");
-    INTERN(s_fn, "fn"); INTERN(s_power, "power");
+    INTERN(s_collect, "collect"); INTERN(s_collect_foreign, "collect_foreign"); INTERN(s_bind_found, "bind_found");
 #undef INTERN
     memcpy(c_off, co, sizeof co);
     memcpy(b_off, bo, sizeof bo);
@@ -83,7 +84,6 @@ static PyObject *init(PyObject *self, PyObject *args) {
     Py_XSETREF(buf_t, (PyTypeObject *)Py_NewRef(bt));
     Py_XSETREF(array_t, (PyTypeObject *)Py_NewRef(at));
     Py_XSETREF(fence_t, (PyTypeObject *)Py_NewRef(ft));
-    Py_XSETREF(ew, Py_NewRef(e));
     Py_XSETREF(tls, Py_NewRef(t));
     Py_XSETREF(delays_dict, Py_NewRef(PyModule_GetDict(dm)));
     Py_XSETREF(tracing_dict, Py_NewRef(PyModule_GetDict(tm)));
@@ -128,21 +128,26 @@ static int plain_buffers(PyObject *bufs, int reads) {
     return 1;
 }
 
-/* 1 done, 0 declined (nothing done, no error set), -1 an error raised */
+/* Call mem.<name>() when `want`; 0, or -1 with an error raised */
+static int call_if(int want, PyObject *mem, PyObject *name) {
+    if (!want)
+        return 0;
+    PyObject *r = PyObject_CallMethodNoArgs(mem, name);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* 1 done, 0 declined (nothing done but the frees collected; no error set), -1 an error raised */
 static int enqueue_(PyObject *lane, PyObject *cmd) {
     if (Py_TYPE(cmd) != cmd_t)
         return 0;
     for (int j = 0; j < C_N; j++)
         if (SLOT(cmd, c_off[j]) == NULL)
             return 0;
-    if (SLOT(cmd, c_off[C_FN]) != ew)
-        return 0;
-    PyObject *prim = SLOT(cmd, c_off[C_PRIM]), *pd = plain_dict(prim, &prim_plain);
-    PyObject *fn = pd == NULL ? NULL : DGET(pd, s_fn);
-    if (fn == NULL || !PyUnicode_Check(fn) || PyUnicode_Compare(fn, s_power) == 0) {
-        PyErr_Clear();
-        return 0;  /* (an integer power defers a check: Command.run binds it) */
-    }
+    if (SLOT(cmd, c_off[C_PRIM]) == Py_None)
+        return 0;  /* (a closure's command, fn(lane): the Python path) */
     PyObject *ld = plain_dict(lane, &lane_plain);
     PyObject *ctx = ld == NULL ? NULL : DGET(ld, s_ctx), *handle = ld == NULL ? NULL : DGET(ld, s_handle);
     PyObject *fence = ld == NULL ? NULL : DGET(ld, s_fence);
@@ -151,7 +156,7 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
         PyErr_Clear();
         return 0;
     }
-    /* ctx.ensure_current(), when it is current already; the memory's queues empty; no delays; no tracing */
+    /* ctx.ensure_current(), when it is current already; no delays; no tracing */
     PyObject *cur = PyObject_GetAttr(tls, s_current);
     if (cur == NULL) {
         PyErr_Clear();
@@ -162,17 +167,15 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
         return 0;
     PyObject *cd = plain_dict(ctx, &ctx_plain), *mem = cd == NULL ? NULL : DGET(cd, s_memory);
     PyObject *md = mem == NULL ? NULL : plain_dict(mem, &mem_plain);
-    if (md == NULL || is_true(md, s_pending) != 0 || is_true(md, s_waiting) != 0 || is_true(md, s_retired) != 0 ||
-        is_true(md, s_foreign) != 0) {
+    if (md == NULL || DGET(delays_dict, s_hook) != Py_None || DGET(tracing_dict, s_active) != Py_None) {
         PyErr_Clear();
         return 0;
     }
-    if (DGET(delays_dict, s_hook) != Py_None || DGET(tracing_dict, s_active) != Py_None) {
-        PyErr_Clear();
+    int pending = is_true(md, s_pending), waiting = is_true(md, s_waiting), retired = is_true(md, s_retired);
+    int foreign = is_true(md, s_foreign);
+    if (pending < 0 || waiting < 0 || retired < 0 || foreign < 0)
         return 0;
-    }
-    PyObject *reads = SLOT(cmd, c_off[C_READS]), *writes = SLOT(cmd, c_off[C_WRITES]);
-    if (!plain_buffers(reads, 1) || !plain_buffers(writes, 0))
+    if (!plain_buffers(SLOT(cmd, c_off[C_READS]), 1) || !plain_buffers(SLOT(cmd, c_off[C_WRITES]), 0))
         return 0;
     PyObject *every = DGET(lanes_dict, s_mark_every);
     long mark_every = every == NULL ? -1 : PyLong_AsLong(every);
@@ -181,12 +184,23 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
         return 0;
     }
 
-    /* from here on, CudaLane._enqueue: the outputs' memory (an allocation failure fails the outputs, as there) */
-    Py_INCREF(cmd);
-    Py_INCREF(lane);
-    Py_INCREF(fence);  /* (read from dicts: Python runs below, allocate and the kernel) */
-    Py_INCREF(mem);
+    /* from here on, CudaLane._enqueue; everything read above is held or read again after Python ran */
+    PyObject *hold[6] = {Py_NewRef(cmd), Py_NewRef(lane), Py_NewRef(fence), Py_NewRef(mem), Py_NewRef(ctx), Py_NewRef(ld)};
+    PyObject *writes = NULL, *found = NULL, *checks = NULL, *args[4] = {NULL, NULL, NULL, NULL};
     int res = -1, failed = 0;
+    /* the frees that died since the last command (Memory.collect, collect_foreign) */
+    if (call_if(pending || waiting || retired, mem, s_collect) < 0 || call_if(foreign, mem, s_collect_foreign) < 0)
+        goto done;
+    cur = PyObject_GetAttr(tls, s_current);
+    if (cur == NULL)
+        goto done;
+    Py_DECREF(cur);
+    if (cur != ctx || !plain_buffers(SLOT(cmd, c_off[C_READS]), 1) || !plain_buffers(SLOT(cmd, c_off[C_WRITES]), 0)) {
+        res = 0;  /* (changed while the frees were collected: the Python path) */
+        goto done;
+    }
+    /* the outputs' memory (an allocation failure fails the outputs, as there) */
+    writes = Py_NewRef(SLOT(cmd, c_off[C_WRITES]));
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(writes) && !failed; k++) {
         PyObject *h = SLOT(PyList_GET_ITEM(writes, k), b_off[B_DATA]);
         Py_SETREF(SLOT(h, a_off[A_HOST]), Py_NewRef(Py_None));
@@ -209,25 +223,30 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
             }
         }
     }
-    if (!failed) {  /* Command.run: the kernel; the outputs' checks and error cleared, or Command.fail */
-        PyObject *found = PyList_New(0);
-        if (found == NULL || PyDict_SetItem(ld, s_checks, found) < 0) {
-            Py_XDECREF(found);
+    if (!failed) {  /* Command.run: the kernel; the outputs' checks set and error cleared, or Command.fail */
+        found = PyList_New(0);
+        if (found == NULL || PyDict_SetItem(ld, s_checks, found) < 0)
             goto done;
-        }
-        PyObject *a[4] = {lane, SLOT(cmd, c_off[C_PRIM]), SLOT(cmd, c_off[C_INS]), SLOT(cmd, c_off[C_OUTS])};
-        PyObject *r = PyObject_Vectorcall(ew, a, 4, NULL);
+        PyObject *fn = Py_NewRef(SLOT(cmd, c_off[C_FN]));
+        args[0] = Py_NewRef(lane);
+        args[1] = Py_NewRef(SLOT(cmd, c_off[C_PRIM]));
+        args[2] = Py_NewRef(SLOT(cmd, c_off[C_INS]));
+        args[3] = Py_NewRef(SLOT(cmd, c_off[C_OUTS]));
+        PyObject *r = PyObject_Vectorcall(fn, args, 4, NULL);
+        Py_DECREF(fn);
         PyObject *exc = r == NULL ? take_exc() : NULL;
         Py_XDECREF(r);
-        int reset = PyDict_SetItem(ld, s_checks, Py_None);
-        Py_ssize_t n_found = PyList_GET_SIZE(found);
-        Py_DECREF(found);
-        if (reset < 0 || n_found) {
+        if (PyDict_SetItem(ld, s_checks, Py_None) < 0) {
             Py_XDECREF(exc);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_SystemError, "cenqueue: an elementwise kernel deferred a check (only an "
-                                                   "integer power does, and it is declined above: decline any other)");
             goto done;
+        }
+        if (PyList_GET_SIZE(found)) {  /* bound also after a failure (a kernel may have been launched) */
+            PyObject *a[3] = {cmd, lane, found};
+            checks = PyObject_VectorcallMethod(s_bind_found, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (checks == NULL) {
+                Py_XDECREF(exc);
+                goto done;
+            }
         }
         if (exc != NULL) {
             if (!PyErr_GivenExceptionMatches(exc, PyExc_Exception)) {
@@ -243,7 +262,7 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
         } else {
             for (Py_ssize_t k = 0; k < PyList_GET_SIZE(writes); k++) {
                 PyObject *b = PyList_GET_ITEM(writes, k);
-                Py_SETREF(SLOT(b, b_off[B_CHECKS]), Py_NewRef(Py_None));
+                Py_SETREF(SLOT(b, b_off[B_CHECKS]), Py_NewRef(checks == NULL ? Py_None : checks));
                 if (SLOT(b, b_off[B_ERROR]) != Py_None)
                     Py_SETREF(SLOT(b, b_off[B_ERROR]), Py_NewRef(Py_None));
             }
@@ -264,10 +283,13 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
     }
     res = 1;
 done:
-    Py_DECREF(cmd);
-    Py_DECREF(lane);
-    Py_DECREF(fence);
-    Py_DECREF(mem);
+    for (int k = 0; k < 6; k++)
+        Py_DECREF(hold[k]);
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(args[k]);
+    Py_XDECREF(writes);
+    Py_XDECREF(found);
+    Py_XDECREF(checks);
     return res;
 }
 
@@ -282,7 +304,7 @@ static PyObject *enqueue(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS,
-     "init(Command, Buffer, DeviceArray, EventFence, ew, _tls, delays, tracing, lanes, LaneflowError)"},
+     "init(Command, Buffer, DeviceArray, EventFence, _tls, delays, tracing, lanes, LaneflowError)"},
     {"enqueue", (PyCFunction)(void (*)(void))enqueue, METH_FASTCALL,
      "enqueue(lane, cmd) -> True (enqueued) or False (CudaLane._enqueue must)"},
     {NULL, NULL, 0, NULL}};

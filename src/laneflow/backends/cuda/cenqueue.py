@@ -1,7 +1,8 @@
-"""A GPU lane's enqueue of an elementwise command in C (``cenqueue.c``): what ``CudaLane._enqueue`` does
-for it (output memory, the kernel as ``Command.run`` runs it, the fence's event), in one C call that the
-C submit path (``graph/csubmit.c``) makes through the lane's ``enqueue_fast``. It declines everything but
-that common case (the C file lists what), and ``CudaLane._enqueue`` runs it.
+"""A GPU lane's enqueue of a kernel's command in C (``cenqueue.c``): what ``CudaLane._enqueue`` does for
+it (the frees that died since, output memory, the kernel as ``Command.run`` runs it with the device-side
+checks it registers, the fence's event), in one C call that the C submit path (``graph/csubmit.c``) makes
+through the lane's ``enqueue_fast``. It declines everything but that common case (the C file lists what),
+and ``CudaLane._enqueue`` runs it.
 
 Why: an uncached command's enqueue was four Python frames (issue 15's per-command target).
 
@@ -22,7 +23,6 @@ from ...runtime import delays, tracing
 from ...runtime.buffer import Buffer
 from ...runtime.lane import Command
 from . import driver
-from .kernels import celementwise
 from .memory import DeviceArray
 
 NAME = "_laneflow_cenqueue"
@@ -44,8 +44,7 @@ def _open(_key=None) -> ModuleType:
     from . import lanes  # (lanes.py asks for this module when it makes a lane)
 
     mod = native.build("cenqueue", NAME, SOURCE, "the C enqueue", "enqueue", "LANEFLOW_CENQUEUE")
-    mod.init(Command, Buffer, DeviceArray, lanes.EventFence, celementwise.kernel(), driver._tls, delays, tracing,
-             lanes, LaneflowError)
+    mod.init(Command, Buffer, DeviceArray, lanes.EventFence, driver._tls, delays, tracing, lanes, LaneflowError)
     return mod
 
 

@@ -281,7 +281,7 @@ class CudaLane(Lane):
         # order with no driver call; ``cached`` counts its bytes
         self.blocks: dict[int, list[int]] = {}
         self.cached = 0
-        #: an elementwise command's enqueue in C (``cenqueue.c``), which the C submit path calls first
+        #: a primitive's command's enqueue in C (``cenqueue.c``), which the C submit path calls first
         self.enqueue_fast = ENQUEUE_FAST
 
     def _enqueue(self, cmd: Command) -> None:
