@@ -163,6 +163,47 @@ def test_the_model_reports_missing_cross_lane_waits(tmp_path):
     assert errors > 0, out[-2000:]
 
 
+_ONE_LANE_FREES = r'''
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import race_cuda as R
+R.install()
+import numpy as np
+import laneflow as lf
+from laneflow.backends.cuda import memory as M
+from laneflow.graph import eval_cache, fusion
+fusion.set_enabled(False)
+if {broken}:  # every free at once on the free stream, waiting for no one
+    def bad_free(self, ptr, writer, readers, nbytes):
+        self.raw_free(ptr, self.free_stream)
+        return True
+    M.Memory._free = bad_free
+s = lf.new_stream(lf.gpu, lanes=1)
+with lf.stream(s), eval_cache.bypass():
+    x = lf.array(np.ones((8, 8), np.float32))
+    w = lf.array(np.eye(8, dtype=np.float32))
+    lf.eval(x, w)
+    for _ in range(4):
+        y = lf.sum(x @ w, axis=0)  # x @ w dies once the sum is enqueued: its free is pending
+        lf.async_eval(y)
+        del y
+        gc.collect()
+    lf.eval(x @ w)
+print("errors", len(R.errors))
+'''
+
+
+def test_the_model_sees_a_one_lane_streams_commands_and_reports_an_early_free(tmp_path):
+    """On a one-lane stream (the C submit path's), matmuls and reductions whose memory is freed too
+    early are reported: the model records every command's accesses (the lanes' C enqueue would run
+    kernels without ``Command.run``, where it records them, so race_cuda turns it off)."""
+    for broken in (False, True):
+        p = run_under_fake_driver(_ONE_LANE_FREES.format(broken=broken), tmp_path, timeout=240)
+        assert p.returncode == 0, p.stderr[-3000:]
+        errors = int(p.stdout.split("errors")[-1])
+        assert (errors > 0) == broken, p.stdout[-3000:]
+
+
 _WORKSPACES = r'''
 import sys
 sys.path.insert(0, sys.argv[1])

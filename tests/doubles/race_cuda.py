@@ -465,6 +465,10 @@ def install(execute_streams: bool = False, devices: int | None = None):
         FAKES.update({"cuEventRecord": x_record, "cuStreamWaitEvent": x_wait_event, "cuStreamWaitValue64": x_wait_value,
                       "cuEventQuery": x_query, "cuEventSynchronize": x_sync, "cuStreamSynchronize": x_stream_sync,
                       "cuCtxSynchronize": x_ctx_sync, "cuModuleLoadData": x_module_load, "cuMemcpyDtoH": x_dtoh})
+    # Accesses are recorded where Command.run runs a command; the lanes' C enqueue (cenqueue.c) runs the
+    # kernel without it, so every command takes the Python enqueue here (test_fake_gpu_host_path compares
+    # the two paths). Read when the CUDA backend is made, after this.
+    os.environ["LANEFLOW_CENQUEUE"] = "0"
     fake_cuda.install(devices=devices)
     from laneflow.runtime import lane as L
     from laneflow.backends.cuda.cudagraph import executor as G

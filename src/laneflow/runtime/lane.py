@@ -217,12 +217,13 @@ class Command:
             c.bind(lane, self.seq)
             c.where = where
 
-    def bind_found(self, lane: "Lane", found: list) -> tuple | None:
+    def bind_found(self, lane: "Lane", found: list, ok: bool) -> tuple | None:
         """The device-side checks the kernel registered (``found``) bound to this command, as :meth:`run`
-        binds them; returns the outputs' checks when the command inherits none. The C enqueue
-        (``backends/cuda/cenqueue.c``) calls it, after the kernel, when ``found`` is not empty."""
+        binds them (also after a failure); returns the outputs' checks when the kernel succeeded (``ok``)
+        and the command inherits none, else None. The C enqueue (``backends/cuda/cenqueue.c``) calls it,
+        after the kernel, when ``found`` is not empty."""
         self._bind(lane, found)
-        return _merge(None, tuple(found))
+        return _merge(None, tuple(found)) if ok else None
 
     def error_of(self, e: Exception, lane: "Lane") -> LaneflowError:
         """The error the outputs get when the work raised ``e``: itself when it is laneflow's, else an

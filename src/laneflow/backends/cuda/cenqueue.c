@@ -19,7 +19,7 @@
 
 #include "../../native.h"
 
-static PyTypeObject *cmd_t, *buf_t, *array_t, *fence_t;
+static PyTypeObject *cmd_t, *buf_t, *array_t, *slab_t, *fence_t;
 static PyObject *tls, *delays_dict, *tracing_dict, *lanes_dict, *laneflow_error;
 static const char *const C_SLOTS[] = {"op", "fn", "reads", "writes", "seq", "prim", "ins", "outs"};
 enum { C_OP, C_FN, C_READS, C_WRITES, C_SEQ, C_PRIM, C_INS, C_OUTS, C_N };
@@ -56,13 +56,14 @@ static void raise_exc(PyObject *v) {  /* (steals v) */
     PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(v)), v, PyException_GetTraceback(v));
 }
 
-/* init(Command, Buffer, DeviceArray, EventFence, driver._tls, delays, tracing, lanes module, LaneflowError) */
+/* init(Command, Buffer, DeviceArray, SlabArray, EventFence, driver._tls, delays, tracing, lanes module,
+        LaneflowError) */
 static PyObject *init(PyObject *self, PyObject *args) {
-    PyTypeObject *ct, *bt, *at, *ft;
+    PyTypeObject *ct, *bt, *at, *st, *ft;
     PyObject *t, *dm, *tm, *lm, *le;
     Py_ssize_t co[C_N], bo[B_N], ao[A_N], fo[F_N];
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!O", &PyType_Type, &ct, &PyType_Type, &bt, &PyType_Type, &at,
-                          &PyType_Type, &ft, &t, &PyModule_Type, &dm, &PyModule_Type, &tm, &PyModule_Type, &lm,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO!O!O!O", &PyType_Type, &ct, &PyType_Type, &bt, &PyType_Type, &at,
+                          &PyType_Type, &st, &PyType_Type, &ft, &t, &PyModule_Type, &dm, &PyModule_Type, &tm, &PyModule_Type, &lm,
                           &le))
         return NULL;
     if (offsets_of(ct, C_SLOTS, C_N, co) || offsets_of(bt, B_SLOTS, B_N, bo) || offsets_of(at, A_SLOTS, A_N, ao) ||
@@ -83,6 +84,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     Py_XSETREF(cmd_t, (PyTypeObject *)Py_NewRef(ct));
     Py_XSETREF(buf_t, (PyTypeObject *)Py_NewRef(bt));
     Py_XSETREF(array_t, (PyTypeObject *)Py_NewRef(at));
+    Py_XSETREF(slab_t, (PyTypeObject *)Py_NewRef(st));
     Py_XSETREF(fence_t, (PyTypeObject *)Py_NewRef(ft));
     Py_XSETREF(tls, Py_NewRef(t));
     Py_XSETREF(delays_dict, Py_NewRef(PyModule_GetDict(dm)));
@@ -104,8 +106,8 @@ static int is_true(PyObject *d, PyObject *name) {  /* bool(d[name]): 1, 0; -1 wh
     return r;
 }
 
-/* All of cmd's buffers in list `bufs` are Buffers whose data are DeviceArrays, all slots set; for reads,
-   with no error and no pending check */
+/* All of cmd's buffers in list `bufs` are Buffers whose data are DeviceArrays or SlabArrays (exactly: a
+   subclass may put a property over a slot), all slots set; for reads, with no error and no pending check */
 static int plain_buffers(PyObject *bufs, int reads) {
     if (bufs == NULL || !PyList_CheckExact(bufs))
         return 0;
@@ -119,8 +121,8 @@ static int plain_buffers(PyObject *bufs, int reads) {
         if (reads && (SLOT(b, b_off[B_ERROR]) != Py_None || SLOT(b, b_off[B_CHECKS]) != Py_None))
             return 0;
         PyObject *h = SLOT(b, b_off[B_DATA]);
-        if (!PyObject_TypeCheck(h, array_t))
-            return 0;  /* (host memory a CPU lane writes: the Python path waits for it) */
+        if (Py_TYPE(h) != array_t && Py_TYPE(h) != slab_t)
+            return 0;  /* (host memory a CPU lane writes: the Python path waits for it; a view of memory) */
         for (int j = 0; j < A_N; j++)
             if (SLOT(h, a_off[j]) == NULL)
                 return 0;
@@ -202,17 +204,23 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
     /* the outputs' memory (an allocation failure fails the outputs, as there) */
     writes = Py_NewRef(SLOT(cmd, c_off[C_WRITES]));
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(writes) && !failed; k++) {
-        PyObject *h = SLOT(PyList_GET_ITEM(writes, k), b_off[B_DATA]);
+        PyObject *h = Py_NewRef(SLOT(PyList_GET_ITEM(writes, k), b_off[B_DATA]));  /* (held: Python runs) */
         Py_SETREF(SLOT(h, a_off[A_HOST]), Py_NewRef(Py_None));
         int unset = PyObject_Not(SLOT(h, a_off[A_PTR])), empty = PyObject_Not(SLOT(h, a_off[A_NBYTES]));
-        if (unset < 0 || empty < 0)
+        if (unset < 0 || empty < 0) {
+            Py_DECREF(h);
             goto done;
+        }
         if (unset && !empty) {
-            PyObject *a[4] = {mem, h, lane, SLOT(cmd, c_off[C_OP])};
+            PyObject *op = Py_NewRef(SLOT(cmd, c_off[C_OP]));
+            PyObject *a[4] = {mem, h, lane, op};
             PyObject *r = PyObject_VectorcallMethod(s_allocate, a, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            Py_DECREF(op);
             if (r == NULL) {
-                if (!PyErr_ExceptionMatches(laneflow_error))
+                if (!PyErr_ExceptionMatches(laneflow_error)) {
+                    Py_DECREF(h);
                     goto done;
+                }
                 PyObject *exc = take_exc();
                 for (Py_ssize_t j = 0; j < PyList_GET_SIZE(writes); j++)
                     Py_XSETREF(SLOT(PyList_GET_ITEM(writes, j), b_off[B_ERROR]), Py_NewRef(exc));
@@ -222,6 +230,7 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
                 Py_DECREF(r);
             }
         }
+        Py_DECREF(h);
     }
     if (!failed) {  /* Command.run: the kernel; the outputs' checks set and error cleared, or Command.fail */
         found = PyList_New(0);
@@ -241,10 +250,14 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
             goto done;
         }
         if (PyList_GET_SIZE(found)) {  /* bound also after a failure (a kernel may have been launched) */
-            PyObject *a[3] = {cmd, lane, found};
-            checks = PyObject_VectorcallMethod(s_bind_found, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-            if (checks == NULL) {
-                Py_XDECREF(exc);
+            PyObject *a[4] = {cmd, lane, found, exc == NULL ? Py_True : Py_False};
+            checks = PyObject_VectorcallMethod(s_bind_found, a, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (checks == NULL) {  /* (raised as Command.run's finally would: the kernel's error its context) */
+                if (exc != NULL) {
+                    PyObject *e = take_exc();
+                    PyException_SetContext(e, exc);  /* (steals exc) */
+                    raise_exc(e);
+                }
                 goto done;
             }
         }
@@ -261,10 +274,11 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
             Py_DECREF(f);
         } else {
             for (Py_ssize_t k = 0; k < PyList_GET_SIZE(writes); k++) {
-                PyObject *b = PyList_GET_ITEM(writes, k);
-                Py_SETREF(SLOT(b, b_off[B_CHECKS]), Py_NewRef(checks == NULL ? Py_None : checks));
+                PyObject *b = Py_NewRef(PyList_GET_ITEM(writes, k));  /* (held: a replaced value's finalizer) */
+                Py_XSETREF(SLOT(b, b_off[B_CHECKS]), Py_NewRef(checks == NULL ? Py_None : checks));
                 if (SLOT(b, b_off[B_ERROR]) != Py_None)
                     Py_SETREF(SLOT(b, b_off[B_ERROR]), Py_NewRef(Py_None));
+                Py_DECREF(b);
             }
         }
     }

@@ -23,7 +23,7 @@ from ...runtime import delays, tracing
 from ...runtime.buffer import Buffer
 from ...runtime.lane import Command
 from . import driver
-from .memory import DeviceArray
+from .memory import DeviceArray, SlabArray
 
 NAME = "_laneflow_cenqueue"
 SOURCE = Path(__file__).with_name("cenqueue.c")
@@ -44,7 +44,8 @@ def _open(_key=None) -> ModuleType:
     from . import lanes  # (lanes.py asks for this module when it makes a lane)
 
     mod = native.build("cenqueue", NAME, SOURCE, "the C enqueue", "enqueue", "LANEFLOW_CENQUEUE")
-    mod.init(Command, Buffer, DeviceArray, lanes.EventFence, driver._tls, delays, tracing, lanes, LaneflowError)
+    mod.init(Command, Buffer, DeviceArray, SlabArray, lanes.EventFence, driver._tls, delays, tracing, lanes,
+             LaneflowError)
     return mod
 
 
