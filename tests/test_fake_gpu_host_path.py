@@ -469,6 +469,12 @@ def spy(ln, cmd):
     r = fast(ln, cmd)
     taken.append((cmd.op, r, pending, len(ln.ctx.memory.pending)))
     return r
+allocs = [0]  # allocations from the pool (the free lists' misses)
+_alloc = fake_cuda.FAKES["cuMemAllocFromPoolAsync"]
+def alloc(*a):
+    allocs[0] += 1
+    return _alloc(*a)
+fake_cuda.FAKES["cuMemAllocFromPoolAsync"] = alloc
 x = lf.array(np.arange(20, dtype=np.float32).reshape(4, 5), stream=s)
 w = lf.array(np.eye(5, dtype=np.float32), stream=s)
 lf.eval(x, w)
@@ -490,10 +496,11 @@ def run(on):
     lane.enqueue_fast = spy if on else None
     program()  # (its values die after its evaluation: their frees are pending at the next one's first command)
     del taken[:]
-    base = lane.fence._last
+    base, allocs[0] = lane.fence._last, 0
     g = program()
     (chk,) = g._data.buffer.checks
-    got = (chk.seq - base, chk.lane is lane, chk.where)  # (the command's place in the program)
+    got = (chk.seq - base, chk.lane is lane, chk.where,  # (the command's place in the program)
+           lane.cached, sorted((n, len(b)) for n, b in lane.blocks.items()), allocs[0])  # free lists, pool
     chk.slots.words(chk.slot)[:2] = (1, 9)  # the kernel's flag and the index it read, as a GPU would write them
     try:
         np.asarray(g)
@@ -513,6 +520,7 @@ assert all(t[1] is True for t in taken), taken                      # every comm
 assert {"matmul", "sum", "take"} <= set(ops), ops                    # not only elementwise ones
 assert any(t[2] for t in taken) and not any(t[3] for t in taken), taken  # frees pending: collected
 assert on == off, (on, off)                                          # the check bound alike, the same error
+assert on[0][-1] == 0, on                       # (every output's memory came from the lane's free lists)
 assert on[1] and "take" in on[1] and "index 9 is out of bounds" in on[1], on
 
 # a kernel that raises: the outputs carry the same error either way, and the lane goes on
@@ -544,7 +552,8 @@ print("same", on, errs[0])
 
 def test_the_c_enqueue_takes_any_kernels_command_and_binds_its_checks_as_python_does(tmp_path):
     """The lanes' C enqueue (cenqueue.c) takes a matmul's, a reduction's and a gather's command too, with
-    frees pending (it collects them): the gather's device-side check is bound to the same command, lane
+    frees pending (it collects them) and outputs' memory from the lane's free lists as Memory.take takes
+    it (the same lists left, the same allocations from the pool): the gather's device-side check is bound to the same command, lane
     and shapes as the Python path binds it, and a failure it reports raises the same error; a kernel
     that raises fails the outputs with the same error; a closure's command is declined."""
     p = run_under_fake_driver(_C_ENQUEUE_ANY, tmp_path, 300)

@@ -3,7 +3,8 @@
 
    enqueue(lane, cmd) -> True: it did what CudaLane._enqueue does for the command (lanes.py), in the same
    order: the frees that died since collected (Memory.collect and collect_foreign, Python calls, when there
-   are any), the outputs' host copies dropped and their memory allocated on the lane (memory.allocate), the
+   are any), the outputs' host copies dropped and their memory allocated on the lane (a block of the lane's
+   free list taken here, else memory.allocate), the
    command run as Command.run runs it (the kernel, fn(lane, prim, ins, outs); then the device-side checks it
    registered bound, through Command.bind_found, and the outputs' error cleared and checks set; a failure,
    Command.fail), then the fence told (EventFence.mark: an event recorded after every MARK_EVERY-th
@@ -30,14 +31,14 @@ enum { A_PTR, A_NBYTES, A_HOST, A_N };
 static const char *const F_SLOTS[] = {"_last", "_marked"};
 enum { F_LAST, F_MARKED, F_N };
 static Py_ssize_t c_off[C_N], b_off[B_N], a_off[A_N], f_off[F_N];
-static const char *const LANE_ATTRS[] = {"ctx", "handle", "fence", "checks"};
+static const char *const LANE_ATTRS[] = {"ctx", "handle", "fence", "checks", "blocks", "cached"};
 static const char *const CTX_ATTRS[] = {"memory"};
-static const char *const MEM_ATTRS[] = {"pending", "waiting", "retired", "foreign"};
-static Plain lane_plain = {LANE_ATTRS, 4, 0, {0}}, ctx_plain = {CTX_ATTRS, 1, 0, {0}},
-             mem_plain = {MEM_ATTRS, 4, 0, {0}};
+static const char *const MEM_ATTRS[] = {"pending", "waiting", "retired", "foreign", "capture"};
+static Plain lane_plain = {LANE_ATTRS, 6, 0, {0}}, ctx_plain = {CTX_ATTRS, 1, 0, {0}},
+             mem_plain = {MEM_ATTRS, 5, 0, {0}};
 static PyObject *s_ctx, *s_handle, *s_fence, *s_checks, *s_memory, *s_pending, *s_waiting, *s_retired, *s_foreign,
     *s_current, *s_hook, *s_active, *s_mark_every, *s_record_now, *s_allocate, *s_fail, *s_collect,
-    *s_collect_foreign, *s_bind_found;
+    *s_collect_foreign, *s_bind_found, *s_blocks, *s_cached, *s_capture;
 
 /* The raised exception, taken (a new reference), and raising it again (3.11 has no
    PyErr_GetRaisedException) */
@@ -76,6 +77,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     INTERN(s_hook, "_hook"); INTERN(s_active, "active"); INTERN(s_mark_every, "MARK_EVERY");
     INTERN(s_record_now, "_record_now"); INTERN(s_allocate, "allocate"); INTERN(s_fail, "fail");
     INTERN(s_collect, "collect"); INTERN(s_collect_foreign, "collect_foreign"); INTERN(s_bind_found, "bind_found");
+    INTERN(s_blocks, "blocks"); INTERN(s_cached, "cached"); INTERN(s_capture, "capture");
 #undef INTERN
     memcpy(c_off, co, sizeof co);
     memcpy(b_off, bo, sizeof bo);
@@ -127,6 +129,44 @@ static int plain_buffers(PyObject *bufs, int reads) {
             if (SLOT(h, a_off[j]) == NULL)
                 return 0;
     }
+    return 1;
+}
+
+/* Memory.allocate's common case for output data h (memory.py: Memory.take), in C: a block of exactly
+   h.nbytes from the lane's free list (ld: its dict), which its stream order makes free, with no driver
+   call. 1 taken (h.ptr set), 0 not (no such block, a slab, a graph being captured: memory.allocate runs),
+   -1 an error raised. No lock: nothing here lets another thread run (Memory.take's lock guards its
+   look and its pop, which Python may run apart). */
+static int take_cached(PyObject *ld, PyObject *md, PyObject *h) {
+    if (Py_TYPE(h) != array_t)
+        return 0;
+    PyObject *cap = DGET(md, s_capture), *blocks = DGET(ld, s_blocks), *cached = DGET(ld, s_cached);
+    if (cap != Py_None || blocks == NULL || !PyDict_CheckExact(blocks) || cached == NULL || !PyLong_CheckExact(cached)) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *nbytes = SLOT(h, a_off[A_NBYTES]);
+    if (!PyLong_CheckExact(nbytes))
+        return 0;
+    PyObject *list = DGET(blocks, nbytes);
+    if (list == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_ssize_t n = PyList_CheckExact(list) ? PyList_GET_SIZE(list) : 0;
+    if (n == 0)
+        return 0;
+    PyObject *left = PyNumber_Subtract(cached, nbytes);
+    if (left == NULL)
+        return -1;
+    int bad = PyDict_SetItem(ld, s_cached, left);
+    Py_DECREF(left);
+    if (bad < 0)
+        return -1;
+    PyObject *ptr = Py_NewRef(PyList_GET_ITEM(list, n - 1));
+    if (PyList_SetSlice(list, n - 1, n, NULL) < 0) {
+        Py_DECREF(ptr);
+        return -1;
+    }
+    Py_SETREF(SLOT(h, a_off[A_PTR]), ptr);
     return 1;
 }
 
@@ -187,7 +227,8 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
     }
 
     /* from here on, CudaLane._enqueue; everything read above is held or read again after Python ran */
-    PyObject *hold[6] = {Py_NewRef(cmd), Py_NewRef(lane), Py_NewRef(fence), Py_NewRef(mem), Py_NewRef(ctx), Py_NewRef(ld)};
+    PyObject *hold[7] = {Py_NewRef(cmd), Py_NewRef(lane), Py_NewRef(fence), Py_NewRef(mem), Py_NewRef(ctx), Py_NewRef(ld),
+                         Py_NewRef(md)};
     PyObject *writes = NULL, *found = NULL, *checks = NULL, *args[4] = {NULL, NULL, NULL, NULL};
     int res = -1, failed = 0;
     /* the frees that died since the last command (Memory.collect, collect_foreign) */
@@ -211,7 +252,12 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
             Py_DECREF(h);
             goto done;
         }
-        if (unset && !empty) {
+        int took = unset && !empty ? take_cached(ld, md, h) : 0;
+        if (took < 0) {
+            Py_DECREF(h);
+            goto done;
+        }
+        if (unset && !empty && !took) {
             PyObject *op = Py_NewRef(SLOT(cmd, c_off[C_OP]));
             PyObject *a[4] = {mem, h, lane, op};
             PyObject *r = PyObject_VectorcallMethod(s_allocate, a, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -297,7 +343,7 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
     }
     res = 1;
 done:
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < 7; k++)
         Py_DECREF(hold[k]);
     for (int k = 0; k < 4; k++)
         Py_XDECREF(args[k]);
