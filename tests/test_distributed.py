@@ -531,6 +531,11 @@ else:
     for _ in range(3):
         with lf.stream(s):
             lf.eval(f(x))  # captured into a CUDA graph before anything fails
+    nccl_t = g.transports["gpu"]
+    t_end = time.monotonic() + 10
+    while nccl_t._pending and time.monotonic() < t_end:  # the watchdog saw the passing ones pass (its
+        time.sleep(0.01)                                  # thread may not have run yet: a busy host)
+    assert not nccl_t._pending, nccl_t._pending
     real_query = fake_cuda.FAKES["cuEventQuery"]
     if MODE in ("stuck", "other"):  # the watchdog's events never pass: a collective waiting for a dead peer
         fake_cuda.FAKES["cuEventQuery"] = lambda ev: (fake_cuda.real.CUresult.CUDA_ERROR_NOT_READY,)
