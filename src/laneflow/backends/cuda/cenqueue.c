@@ -231,16 +231,19 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
                          Py_NewRef(md)};
     PyObject *writes = NULL, *found = NULL, *checks = NULL, *args[4] = {NULL, NULL, NULL, NULL};
     int res = -1, failed = 0;
-    /* the frees that died since the last command (Memory.collect, collect_foreign) */
-    if (call_if(pending || waiting || retired, mem, s_collect) < 0 || call_if(foreign, mem, s_collect_foreign) < 0)
-        goto done;
-    cur = PyObject_GetAttr(tls, s_current);
-    if (cur == NULL)
-        goto done;
-    Py_DECREF(cur);
-    if (cur != ctx || !plain_buffers(SLOT(cmd, c_off[C_READS]), 1) || !plain_buffers(SLOT(cmd, c_off[C_WRITES]), 0)) {
-        res = 0;  /* (changed while the frees were collected: the Python path) */
-        goto done;
+    /* the frees that died since the last command (Memory.collect, collect_foreign); Python ran when there
+       were any: what it may have changed is looked at again */
+    if (pending || waiting || retired || foreign) {
+        if (call_if(pending || waiting || retired, mem, s_collect) < 0 || call_if(foreign, mem, s_collect_foreign) < 0)
+            goto done;
+        cur = PyObject_GetAttr(tls, s_current);
+        if (cur == NULL)
+            goto done;
+        Py_DECREF(cur);
+        if (cur != ctx || !plain_buffers(SLOT(cmd, c_off[C_READS]), 1) || !plain_buffers(SLOT(cmd, c_off[C_WRITES]), 0)) {
+            res = 0;  /* (changed while the frees were collected: the Python path) */
+            goto done;
+        }
     }
     /* the outputs' memory (an allocation failure fails the outputs, as there) */
     writes = Py_NewRef(SLOT(cmd, c_off[C_WRITES]));
@@ -252,12 +255,12 @@ static int enqueue_(PyObject *lane, PyObject *cmd) {
             Py_DECREF(h);
             goto done;
         }
-        int took = unset && !empty ? take_cached(ld, md, h) : 0;
+        int took = unset && !empty ? take_cached(ld, md, h) : 1;  /* (1: nothing to allocate) */
         if (took < 0) {
             Py_DECREF(h);
             goto done;
         }
-        if (unset && !empty && !took) {
+        if (!took) {
             PyObject *op = Py_NewRef(SLOT(cmd, c_off[C_OP]));
             PyObject *a[4] = {mem, h, lane, op};
             PyObject *r = PyObject_VectorcallMethod(s_allocate, a, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -364,7 +367,7 @@ static PyObject *enqueue(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS,
-     "init(Command, Buffer, DeviceArray, EventFence, _tls, delays, tracing, lanes, LaneflowError)"},
+     "init(Command, Buffer, DeviceArray, SlabArray, EventFence, _tls, delays, tracing, lanes, LaneflowError)"},
     {"enqueue", (PyCFunction)(void (*)(void))enqueue, METH_FASTCALL,
      "enqueue(lane, cmd) -> True (enqueued) or False (CudaLane._enqueue must)"},
     {NULL, NULL, 0, NULL}};
